@@ -1,0 +1,357 @@
+// Package localfs implements fs.FS on the local file system.
+//
+// Reads with OpenOptions.Direct use O_DIRECT: the page cache is bypassed and
+// every pread is widened to 4 KiB alignment through a pooled bounce buffer,
+// so callers keep byte-addressed reads. ReadBatch runs its reads on a
+// bounded set of goroutines; because a goroutine blocked in pread holds an
+// OS thread, the package raises GOMAXPROCS to at least MinProcs the first
+// time a batch runs, so that enough reads stay in flight on small machines.
+//
+// Importing the package registers it as the FS for plain paths in fs.Resolve.
+package localfs
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"runtime"
+	"sort"
+	"sync"
+
+	"golang.org/x/sync/errgroup"
+	"golang.org/x/sys/unix"
+
+	"github.com/ffkit/ffkit/fs"
+)
+
+func init() { fs.RegisterLocal(New()) }
+
+// Align is the alignment O_DIRECT needs for offsets, lengths and buffers.
+const Align = 4096
+
+// MinProcs is the GOMAXPROCS floor set before parallel reads (see package doc).
+const MinProcs = 8
+
+// FS is the local file system.
+type FS struct {
+	// Parallelism bounds concurrent reads in ReadBatch. Default 64.
+	Parallelism int
+}
+
+var _ fs.FS = (*FS)(nil)
+
+// New returns a local FS with default settings.
+func New() *FS { return &FS{Parallelism: 64} }
+
+func (l *FS) String() string { return "local" }
+
+var procsOnce sync.Once
+
+// EnsureProcs raises GOMAXPROCS to MinProcs if it is lower. Blocking
+// preads each hold a P until the runtime hands it off; with only 2 Ps a
+// deep queue of reads starves and IOPS fall to a fraction of the device's.
+func EnsureProcs() {
+	procsOnce.Do(func() {
+		if runtime.GOMAXPROCS(0) < MinProcs {
+			runtime.GOMAXPROCS(MinProcs)
+		}
+	})
+}
+
+// File is an open local file.
+type File struct {
+	f      *os.File
+	name   string
+	size   int64
+	direct bool
+}
+
+var _ fs.File = (*File)(nil)
+
+// Open opens name for reading.
+func (l *FS) Open(ctx context.Context, name string, opts fs.OpenOptions) (fs.File, error) {
+	flags := os.O_RDONLY
+	if opts.Direct {
+		flags |= unix.O_DIRECT
+	}
+	f, err := os.OpenFile(name, flags, 0)
+	if err != nil && opts.Direct && errors.Is(err, unix.EINVAL) {
+		// The file system does not support O_DIRECT (tmpfs): read through the cache.
+		f, err = os.OpenFile(name, os.O_RDONLY, 0)
+		opts.Direct = false
+	}
+	if err != nil {
+		return nil, err
+	}
+	st, err := f.Stat()
+	if err != nil {
+		f.Close()
+		return nil, err
+	}
+	if st.IsDir() {
+		f.Close()
+		return nil, fmt.Errorf("open %s: is a directory", name)
+	}
+	return &File{f: f, name: name, size: st.Size(), direct: opts.Direct}, nil
+}
+
+func (f *File) Size() int64  { return f.size }
+func (f *File) Name() string { return f.name }
+func (f *File) Close() error { return f.f.Close() }
+
+// Fd returns the file descriptor, for callers that submit their own I/O
+// (io_uring). It stays valid until Close.
+func (f *File) Fd() uintptr { return f.f.Fd() }
+
+// Direct reports whether the file was opened with O_DIRECT.
+func (f *File) Direct() bool { return f.direct }
+
+// ReadAt reads len(p) bytes at off. With O_DIRECT, unaligned requests go
+// through an aligned bounce buffer.
+func (f *File) ReadAt(p []byte, off int64) (int, error) {
+	if !f.direct || (off%Align == 0 && len(p)%Align == 0 && IsAligned(p)) {
+		return f.f.ReadAt(p, off)
+	}
+	start := off &^ (Align - 1)
+	end := (off + int64(len(p)) + Align - 1) &^ (Align - 1)
+	bb := getBounce(int(end - start))
+	defer putBounce(bb)
+	n, err := f.f.ReadAt(bb.buf[:end-start], start)
+	skip := int(off - start)
+	if n <= skip {
+		if err == nil {
+			err = io.EOF
+		}
+		return 0, err
+	}
+	c := copy(p, bb.buf[skip:n])
+	if c < len(p) {
+		if err == nil {
+			err = io.EOF
+		}
+		return c, err
+	}
+	return c, nil
+}
+
+// IsAligned reports whether b starts at an Align boundary.
+func IsAligned(b []byte) bool {
+	if cap(b) == 0 {
+		return true
+	}
+	return uintptr(unsafePointer(b))%Align == 0
+}
+
+// AlignedBuffer returns a zeroed slice of n bytes that starts on an Align
+// boundary, for O_DIRECT reads straight into caller memory.
+func AlignedBuffer(n int) []byte {
+	b := make([]byte, n+Align)
+	o := int(uintptr(unsafePointer(b)) % Align)
+	if o != 0 {
+		o = Align - o
+	}
+	return b[o : o+n : o+n]
+}
+
+type bounce struct{ buf []byte }
+
+var bouncePool sync.Pool // of *bounce
+
+func getBounce(n int) *bounce {
+	if b, ok := bouncePool.Get().(*bounce); ok && cap(b.buf) >= n {
+		b.buf = b.buf[:cap(b.buf)]
+		return b
+	}
+	size := 64 << 10
+	for size < n {
+		size <<= 1
+	}
+	return &bounce{buf: AlignedBuffer(size)}
+}
+
+func putBounce(b *bounce) { bouncePool.Put(b) }
+
+// ReadBatch reads every request, in file-offset order, with at most
+// Parallelism reads in flight.
+func (l *FS) ReadBatch(ctx context.Context, reqs []fs.ReadRequest) error {
+	if len(reqs) == 0 {
+		return nil
+	}
+	EnsureProcs()
+	order := make([]int, len(reqs))
+	for i := range order {
+		order[i] = i
+	}
+	sort.Slice(order, func(a, b int) bool {
+		ra, rb := &reqs[order[a]], &reqs[order[b]]
+		if ra.File.Name() != rb.File.Name() {
+			return ra.File.Name() < rb.File.Name()
+		}
+		return ra.Off < rb.Off
+	})
+	par := l.Parallelism
+	if par <= 0 {
+		par = 64
+	}
+	g, ctx := errgroup.WithContext(ctx)
+	g.SetLimit(par)
+	for _, i := range order {
+		r := reqs[i]
+		if err := ctx.Err(); err != nil {
+			break
+		}
+		g.Go(func() error { return ReadFull(r.File, r.Buf, r.Off) })
+	}
+	return g.Wait()
+}
+
+// ReadFull reads len(buf) bytes at off or fails with fs.ErrShortRead
+// naming the file and range.
+func ReadFull(f fs.File, buf []byte, off int64) error {
+	if off < 0 || off+int64(len(buf)) > f.Size() {
+		return fmt.Errorf("%s: bytes [%d, %d) past end of file (size %d): %w",
+			f.Name(), off, off+int64(len(buf)), f.Size(), fs.ErrShortRead)
+	}
+	n, err := f.ReadAt(buf, off)
+	if n == len(buf) {
+		return nil
+	}
+	if err == nil || errors.Is(err, io.EOF) {
+		return fmt.Errorf("%s: bytes [%d, %d): got %d bytes, file shrank: %w",
+			f.Name(), off, off+int64(len(buf)), n, fs.ErrShortRead)
+	}
+	return fmt.Errorf("%s: read [%d, %d): %w", f.Name(), off, off+int64(len(buf)), err)
+}
+
+// Create starts a file that Commit publishes atomically. Parent
+// directories are created as needed.
+func (l *FS) Create(ctx context.Context, name string) (fs.Writer, error) {
+	dir := filepath.Dir(name)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, err
+	}
+	tmp, err := os.CreateTemp(dir, "."+filepath.Base(name)+".tmp-*")
+	if err != nil {
+		return nil, err
+	}
+	return &writer{f: tmp, name: name, bw: bufio.NewWriterSize(tmp, 1<<20)}, nil
+}
+
+type writer struct {
+	f         *os.File
+	bw        *bufio.Writer
+	name      string
+	committed bool
+	err       error // first write error, sticky
+}
+
+func (w *writer) Write(p []byte) (int, error) {
+	if w.err != nil {
+		return 0, w.err
+	}
+	n, err := w.bw.Write(p)
+	if err != nil {
+		w.err = wrapSpace(fmt.Errorf("write %s: %w", w.name, err))
+	}
+	return n, w.err
+}
+
+func wrapSpace(err error) error {
+	if errors.Is(err, unix.ENOSPC) || errors.Is(err, unix.EDQUOT) {
+		return fmt.Errorf("%w: %w", fs.ErrNoSpace, err)
+	}
+	return err
+}
+
+func (w *writer) Commit() error {
+	if w.committed {
+		return nil
+	}
+	if w.err != nil {
+		w.Close()
+		return w.err
+	}
+	err := w.bw.Flush()
+	if err == nil {
+		err = w.f.Sync()
+	}
+	if cerr := w.f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(w.f.Name(), w.name)
+	}
+	if err != nil {
+		os.Remove(w.f.Name())
+		w.committed = true // nothing left to abandon
+		return wrapSpace(fmt.Errorf("commit %s: %w", w.name, err))
+	}
+	w.committed = true
+	return syncDir(filepath.Dir(w.name))
+}
+
+func (w *writer) Close() error {
+	if w.committed {
+		return nil
+	}
+	w.committed = true
+	w.f.Close()
+	return os.Remove(w.f.Name())
+}
+
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	if err := d.Sync(); err != nil && !errors.Is(err, unix.EINVAL) {
+		return fmt.Errorf("sync directory %s: %w", dir, err)
+	}
+	return nil
+}
+
+// Stat describes name.
+func (l *FS) Stat(ctx context.Context, name string) (fs.FileInfo, error) {
+	st, err := os.Stat(name)
+	if err != nil {
+		return fs.FileInfo{}, err
+	}
+	return info(st), nil
+}
+
+func info(st os.FileInfo) fs.FileInfo {
+	return fs.FileInfo{Name: st.Name(), Size: st.Size(), IsDir: st.IsDir(), ModTime: st.ModTime()}
+}
+
+// List lists dir sorted by name.
+func (l *FS) List(ctx context.Context, dir string) ([]fs.FileInfo, error) {
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]fs.FileInfo, 0, len(ents))
+	for _, e := range ents {
+		st, err := e.Info()
+		if err != nil {
+			if errors.Is(err, os.ErrNotExist) {
+				continue // removed while listing
+			}
+			return nil, err
+		}
+		out = append(out, info(st))
+	}
+	return out, nil // os.ReadDir sorts by name
+}
+
+func (l *FS) MkdirAll(ctx context.Context, dir string) error { return os.MkdirAll(dir, 0o755) }
+
+func (l *FS) Rename(ctx context.Context, oldname, newname string) error {
+	return os.Rename(oldname, newname)
+}
+
+func (l *FS) Remove(ctx context.Context, name string) error { return os.Remove(name) }

@@ -1,0 +1,120 @@
+package fs
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+
+	"github.com/ffkit/ffkit/internal/errkind"
+)
+
+// Opener connects to a file system named by a URL's authority
+// ("host:port" or "h1:p1,h2:p2").
+type Opener func(ctx context.Context, authority string) (FS, error)
+
+var (
+	schemesMu sync.Mutex
+	schemes   = map[string]Opener{} // guarded by schemesMu
+	local     FS                    // set by package localfs
+	// conns caches one FS per URL authority, so that a process connects
+	// to a cluster once. Guarded by schemesMu.
+	conns = map[string]FS{}
+)
+
+// RegisterScheme makes Resolve accept scheme://authority/path URLs.
+func RegisterScheme(scheme string, open Opener) {
+	schemesMu.Lock()
+	defer schemesMu.Unlock()
+	schemes[scheme] = open
+}
+
+// RegisterLocal sets the FS that plain paths resolve to.
+func RegisterLocal(f FS) {
+	schemesMu.Lock()
+	defer schemesMu.Unlock()
+	local = f
+}
+
+// ErrBadPath: a path or URL that cannot be resolved.
+var ErrBadPath = errkind.New(errkind.Usage, "fs: bad path")
+
+// IsURL reports whether p names a file system by URL (scheme://...).
+func IsURL(p string) bool {
+	i := strings.Index(p, "://")
+	return i > 0 && !strings.ContainsAny(p[:i], "/.")
+}
+
+// SplitURL splits scheme://authority/path into its parts; path keeps its
+// leading slash and is "/" when empty.
+func SplitURL(u string) (scheme, authority, path string, err error) {
+	i := strings.Index(u, "://")
+	if i <= 0 {
+		return "", "", "", fmt.Errorf("%w: %q is not a URL", ErrBadPath, u)
+	}
+	scheme, rest := u[:i], u[i+3:]
+	j := strings.IndexByte(rest, '/')
+	if j < 0 {
+		authority, path = rest, "/"
+	} else {
+		authority, path = rest[:j], rest[j:]
+	}
+	if authority == "" {
+		return "", "", "", fmt.Errorf("%w: %q has no host:port", ErrBadPath, u)
+	}
+	return scheme, authority, path, nil
+}
+
+// Resolve returns the FS a user's path lives on and the path inside it.
+// Plain paths are local; scheme://authority/path URLs go to the opener
+// registered for the scheme (the ffkit:// client registers itself when
+// package fs/client is linked in). Connections are cached per authority.
+func Resolve(ctx context.Context, p string) (FS, string, error) {
+	if !IsURL(p) {
+		schemesMu.Lock()
+		l := local
+		schemesMu.Unlock()
+		if l == nil {
+			return nil, "", fmt.Errorf("%w: no local file system linked in", ErrBadPath)
+		}
+		return l, p, nil
+	}
+	scheme, authority, path, err := SplitURL(p)
+	if err != nil {
+		return nil, "", err
+	}
+	key := scheme + "://" + authority
+	schemesMu.Lock()
+	defer schemesMu.Unlock()
+	if f, ok := conns[key]; ok {
+		return f, path, nil
+	}
+	open, ok := schemes[scheme]
+	if !ok {
+		return nil, "", fmt.Errorf("%w: unknown scheme %q in %q", ErrBadPath, scheme, p)
+	}
+	f, err := open(ctx, authority)
+	if err != nil {
+		return nil, "", fmt.Errorf("connect to %s: %w", key, err)
+	}
+	conns[key] = f
+	return f, path, nil
+}
+
+// Join joins path elements with slashes, keeping a URL's scheme intact.
+func Join(elem ...string) string {
+	var b strings.Builder
+	for i, e := range elem {
+		if e == "" {
+			continue
+		}
+		if i > 0 && b.Len() > 0 && !strings.HasSuffix(b.String(), "/") {
+			b.WriteByte('/')
+		}
+		if b.Len() > 0 {
+			e = strings.TrimLeft(e, "/")
+		}
+		b.WriteString(e)
+	}
+	return b.String()
+}

@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# Installs everything ffkit needs on a fresh Debian machine with Go and
+# Python, then builds the ffkit binary into ./bin. Idempotent.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+need_apt=()
+for pkg in fio fuse3; do
+  dpkg -s "$pkg" >/dev/null 2>&1 || need_apt+=("$pkg")
+done
+if [ ${#need_apt[@]} -gt 0 ]; then
+  echo "setup: installing ${need_apt[*]}" >&2
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq >/dev/null
+  apt-get install -y -qq "${need_apt[@]}" >/dev/null
+fi
+
+echo "setup: building ffkit" >&2
+mkdir -p bin
+go build -o bin/ffkit ./cmd/ffkit
+
+if [ -f python/pyproject.toml ]; then
+  echo "setup: installing the Python package" >&2
+  python3 -m pip install -q ./python
+fi

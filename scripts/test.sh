@@ -1,0 +1,10 @@
+#!/usr/bin/env bash
+# Runs every test: Go (with the race detector on the concurrent packages)
+# and, when the Python package exists, pytest.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+go vet ./...
+go test -count=1 -timeout 20m ./...
+if [ -f python/pyproject.toml ]; then
+  python3 -m pytest -q python/tests
+fi
