@@ -58,4 +58,6 @@ func isCobraUsage(err error) bool {
 }
 
 // warnf prints a warning on stderr.
-func warnf(format string, args ...any) { fmt.Fprintf(os.Stderr, "ffkit: warning: "+format+"\n", args...) }
+func warnf(format string, args ...any) {
+	fmt.Fprintf(os.Stderr, "ffkit: warning: "+format+"\n", args...)
+}
