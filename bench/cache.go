@@ -1,0 +1,95 @@
+package bench
+
+import (
+	"errors"
+	"fmt"
+	"os"
+
+	"golang.org/x/sys/unix"
+)
+
+// CacheState says how reads in a measurement met the page cache; every
+// benchmark prints it next to its read figures.
+type CacheState string
+
+const (
+	// CacheDirect: files opened with O_DIRECT (fs.OpenOptions{Direct: true}).
+	CacheDirect CacheState = "direct (O_DIRECT, page cache bypassed)"
+	// CacheDropped: the kernel's page cache was dropped before the run.
+	CacheDropped CacheState = "cold (page cache dropped)"
+	// CacheEvicted: the benchmark's own files were evicted (fadvise DONTNEED).
+	CacheEvicted CacheState = "cold (files evicted from the page cache)"
+	// CacheWarm: nothing was done; reads may come from memory.
+	CacheWarm CacheState = "warm (reads may be served by the page cache)"
+	// CacheRemote: the files are on a remote FS (ffkit://); this machine's
+	// page cache does not hold them.
+	CacheRemote CacheState = "remote (not in this machine's page cache)"
+)
+
+// DropCaches writes back dirty pages and drops the kernel's clean page
+// cache (echo 1 > /proc/sys/vm/drop_caches). It needs root and a writable
+// /proc/sys (not every container has one).
+func DropCaches() error {
+	unix.Sync()
+	f, err := os.OpenFile("/proc/sys/vm/drop_caches", os.O_WRONLY, 0)
+	if err != nil {
+		return fmt.Errorf("bench: drop the page cache: %w", err)
+	}
+	defer f.Close()
+	if _, err := f.WriteString("1\n"); err != nil {
+		return fmt.Errorf("bench: drop the page cache: %w", err)
+	}
+	return nil
+}
+
+// EvictFile writes back a local file's dirty pages and asks the kernel to
+// drop its cached pages (posix_fadvise DONTNEED). Works without root.
+func EvictFile(path string) error {
+	f, err := os.Open(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	fd := int(f.Fd())
+	if err := unix.Fdatasync(fd); err != nil && !errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.EBADF) {
+		return fmt.Errorf("bench: evict %s: %w", path, err)
+	}
+	if err := unix.Fadvise(fd, 0, 0, unix.FADV_DONTNEED); err != nil {
+		return fmt.Errorf("bench: evict %s: %w", path, err)
+	}
+	return nil
+}
+
+// MakeCold prepares a read measurement. With direct (the reads will use
+// O_DIRECT) the files are still evicted so no dirty pages interfere.
+// Otherwise it drops the page cache when allowed, or else evicts the given
+// local files. remote says the files live on a remote FS. It returns the
+// state to print; an error is returned only if nothing worked and the
+// caller asked for cold reads, and even then the state is CacheWarm.
+func MakeCold(direct, remote bool, localFiles ...string) (CacheState, error) {
+	if remote {
+		if direct {
+			return CacheDirect, nil
+		}
+		return CacheRemote, nil
+	}
+	var evictErr error
+	for _, p := range localFiles {
+		if err := EvictFile(p); err != nil && evictErr == nil {
+			evictErr = err
+		}
+	}
+	if direct {
+		return CacheDirect, nil
+	}
+	if err := DropCaches(); err == nil {
+		return CacheDropped, nil
+	}
+	if evictErr == nil && len(localFiles) > 0 {
+		return CacheEvicted, nil
+	}
+	if evictErr != nil {
+		return CacheWarm, evictErr
+	}
+	return CacheWarm, nil
+}
