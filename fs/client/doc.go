@@ -1,0 +1,64 @@
+// Package client is the chunk-level client of the ffkit cluster: it talks to
+// mgmtd for routing and to the storage services for chunk data. The file
+// layer (package fs/clusterfs: inodes, directories, layouts, file length)
+// is built on it; this package knows nothing of files.
+//
+// # Model
+//
+// Data lives in chunks. A chunk is named by ChunkID{Inode, Index} and lives
+// on one chain (ChainID); the file layer decides which chain holds which
+// chunk (its layout). A chain is an ordered list of storage targets that
+// hold identical replicas; writes enter at the head and are replicated hop
+// by hop (CRAQ); reads go to any serving replica. A chunk holds at most
+// MaxChunkSize bytes; a never-written chunk reads as zeros.
+//
+// # API (stable; the file layer codes against it)
+//
+//	c, err := client.Dial(ctx, []string{"127.0.0.1:7000"}, client.Options{Token: tok})
+//	defer c.Close()
+//	chains := c.Chains()          // []ChainID of the chain table, in table order
+//	size := c.ChunkSize()         // the cluster's default chunk size (bytes)
+//
+//	// Write data at off inside one chunk (off+len(data) <= MaxChunkSize).
+//	// Bytes between the chunk's old end and off read as zeros. Returns once
+//	// every replica in the chain has the write durably (fsync) and committed.
+//	err = c.WriteChunk(ctx, chain, client.ChunkID{Inode: 7, Index: 0}, off, data)
+//
+//	// Batched reads: any number of ranges of any chunks. Each Buf is filled
+//	// completely; bytes past a chunk's stored length are zero and N reports
+//	// how many bytes came from stored data. Requests are grouped per storage
+//	// service, neighbouring ranges of one chunk merged into one read, with
+//	// bounded requests in flight per service, and fail over to another replica.
+//	reads := []client.ChunkRead{{Chain: chain, Chunk: id, Off: 0, Buf: buf}}
+//	err = c.ReadChunks(ctx, reads)   // reads[i].N set on return
+//
+//	// Shrink or extend (with zeros) one chunk to length bytes.
+//	err = c.TruncateChunk(ctx, chain, id, length)
+//	// Remove the chunks of inode with Index >= fromIndex on one chain
+//	// (fromIndex 0: all of them). Idempotent.
+//	err = c.RemoveChunks(ctx, chain, inode, fromIndex)
+//	// List the chunks of inode stored on one chain (index and length), for
+//	// file length queries and garbage collection.
+//	infos, err := c.ListChunks(ctx, chain, inode)
+//
+//	st := c.Routing()             // the current routing snapshot (for status)
+//
+// Errors: every method retries through reconfiguration (a dead or
+// restarting storage service, a routing change) for Options.RetryTimeout
+// (default 60 s) and then fails with an error that errors.Is
+// fs.ErrUnavailable. A full target fails writes with fs.ErrNoSpace. Bad
+// arguments (a range past MaxChunkSize, an unknown chain) fail at once with
+// ErrBadRequest (errkind.Usage).
+//
+// Tokens: every connection presents the cluster's secret token. LookupToken
+// finds it for a cluster address (FFKIT_TOKEN, then the user's
+// ~/.config/ffkit/tokens.json written by `ffkit fs up` / `ffkit fs mgmtd`);
+// RecordToken writes that file (mode 0600).
+//
+// # Concurrency and ownership
+//
+// A Client is safe for concurrent use by many goroutines; Close stops its
+// background routing refresh and closes its connections. WriteChunk does not
+// keep data after it returns. ReadChunks fills the caller's buffers and keeps
+// no reference to them after it returns.
+package client

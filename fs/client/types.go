@@ -1,0 +1,67 @@
+package client
+
+import (
+	"time"
+
+	"github.com/ffkit/ffkit/fs/proto"
+)
+
+// Identifiers, shared with the services (see package proto).
+type (
+	// ChainID names a chain of replicas.
+	ChainID = proto.ChainID
+	// ChunkID names chunk Index of file Inode.
+	ChunkID = proto.ChunkID
+	// Routing is mgmtd's routing snapshot.
+	Routing = proto.Routing
+)
+
+// MaxChunkSize bounds a chunk's length.
+const MaxChunkSize = proto.MaxChunkSize
+
+// ErrBadRequest: an argument out of range (range past MaxChunkSize,
+// unknown chain). errkind.Usage.
+var ErrBadRequest = proto.ErrBadRequest
+
+// ChunkRead is one range read of one chunk in a ReadChunks batch.
+type ChunkRead struct {
+	Chain ChainID
+	Chunk ChunkID
+	Off   int64  // offset inside the chunk
+	Buf   []byte // filled completely: stored bytes, then zeros
+	// N is set by ReadChunks: how many bytes of Buf came from stored data
+	// (the rest is past the chunk's end, or the chunk does not exist).
+	N int
+}
+
+// ChunkInfo describes a stored chunk.
+type ChunkInfo struct {
+	Index  uint64 // the chunk's index in its inode
+	Length int64  // bytes stored
+}
+
+// Options tune a Client. Zero values take the defaults.
+type Options struct {
+	// Token is the cluster secret. Required (see LookupToken).
+	Token string
+	// Name names this client for the transport fault layer. Default "client".
+	Name string
+	// RetryTimeout is how long a call keeps retrying through
+	// reconfiguration before failing with fs.ErrUnavailable. Default 60 s.
+	RetryTimeout time.Duration
+	// RequestTimeout bounds one attempt. Default 10 s.
+	RequestTimeout time.Duration
+	// MaxInFlightPerNode bounds concurrent requests to one storage
+	// service. Default 8.
+	MaxInFlightPerNode int
+	// MaxBatchBytes and MaxBatchIOs bound one batched read request.
+	// Defaults 4 MiB and 128.
+	MaxBatchBytes int64
+	MaxBatchIOs   int
+	// MergeGap: ranges of one chunk closer than this are read as one.
+	// Default 64 KiB.
+	MergeGap int64
+	// RefreshInterval is how often routing is refreshed in the
+	// background. Default 1 s.
+	RefreshInterval time.Duration
+}

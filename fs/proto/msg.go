@@ -1,0 +1,162 @@
+package proto
+
+// Method numbers. mgmtd answers 1-15, storage 16-47.
+const (
+	MHeartbeat  uint16 = 1
+	MGetRouting uint16 = 2
+
+	MWrite      uint16 = 16 // client -> head
+	MUpdate     uint16 = 17 // hop -> hop (and resync transfers)
+	MBatchRead  uint16 = 18
+	MSyncStart  uint16 = 19
+	MSyncDone   uint16 = 20
+	MListChunks uint16 = 21
+	MRemove     uint16 = 22 // client -> head: remove a range of chunks
+)
+
+// Op is the kind of a chunk update.
+type Op uint8
+
+// Update kinds: every one is versioned and replicated the same way.
+const (
+	OpWrite    Op = 0 // write Data at Off (zero-filling a gap)
+	OpTruncate Op = 1 // set the length to Off (shrink, or extend with zeros)
+	OpRemove   Op = 2 // remove the chunk
+)
+
+// Tag identifies a client request across retries so it is applied once.
+type Tag struct {
+	Client uint64 `json:"c"`
+	Seq    uint64 `json:"s"`
+}
+
+// WriteReq is a client's update of one chunk, sent to the chain head.
+// Data (frame data) holds the bytes for OpWrite.
+type WriteReq struct {
+	Tag      Tag     `json:"tag"`
+	Chain    ChainID `json:"chain"`
+	ChainVer uint64  `json:"cv"`
+	Chunk    ChunkID `json:"chunk"`
+	Op       Op      `json:"op,omitempty"`
+	Off      int64   `json:"off"`
+	CRC      uint32  `json:"crc"` // CRC32C of Data
+}
+
+// UpdateReq is an update forwarded from a target to its successor, or a
+// resync transfer. Data holds the write's bytes, or the whole chunk when
+// FullReplace is set.
+type UpdateReq struct {
+	WriteReq
+	Target      TargetID `json:"target"`         // the receiving target
+	UpdateVer   uint64   `json:"uv"`             // the version the head assigned
+	FullReplace bool     `json:"full,omitempty"` // Data is the whole chunk content
+	// Commit: install UpdateVer as committed at once (resync transfers, and
+	// removes of chunks the predecessor does not have).
+	Commit bool `json:"commit,omitempty"`
+}
+
+// WriteResp answers a write or update: the state of the chunk after commit.
+type WriteResp struct {
+	CommitVer uint64 `json:"v"`
+	Checksum  uint32 `json:"sum"`
+	Length    int64  `json:"len"`
+}
+
+// ReadIO is one range read of one chunk replica.
+type ReadIO struct {
+	Chain    ChainID  `json:"chain"`
+	ChainVer uint64   `json:"cv"`
+	Target   TargetID `json:"target"`
+	Chunk    ChunkID  `json:"chunk"`
+	Off      int64    `json:"off"`
+	Len      int64    `json:"len"`
+}
+
+// BatchReadReq reads many ranges from one storage service.
+type BatchReadReq struct {
+	IOs []ReadIO `json:"ios"`
+}
+
+// ReadResult is one IO's outcome. N bytes of data (fewer than asked when
+// the chunk is shorter) follow the previous results' bytes in the frame's
+// data. Code is a wire error code ("" for success).
+type ReadResult struct {
+	N    int64  `json:"n"`
+	Code string `json:"code,omitempty"`
+	Msg  string `json:"msg,omitempty"`
+}
+
+// BatchReadResp answers BatchReadReq, one result per IO in order.
+type BatchReadResp struct {
+	Results []ReadResult `json:"results"`
+}
+
+// ChunkMeta describes one chunk replica.
+type ChunkMeta struct {
+	Chunk     ChunkID `json:"chunk"`
+	CommitVer uint64  `json:"v"`
+	UpdateVer uint64  `json:"u"`
+	Length    int64   `json:"len"`
+	Checksum  uint32  `json:"sum"`
+	Corrupt   bool    `json:"corrupt,omitempty"`
+}
+
+// SyncReq starts or ends the resync of Target (the syncing successor).
+type SyncReq struct {
+	Chain    ChainID  `json:"chain"`
+	ChainVer uint64   `json:"cv"`
+	Target   TargetID `json:"target"`
+}
+
+// SyncStartResp lists the syncing target's chunks of the chain.
+type SyncStartResp struct {
+	Chunks []ChunkMeta `json:"chunks"`
+}
+
+// ListChunksReq lists the committed chunks of Inode on a chain (from any
+// serving target).
+type ListChunksReq struct {
+	Chain    ChainID  `json:"chain"`
+	ChainVer uint64   `json:"cv"`
+	Target   TargetID `json:"target"`
+	Inode    uint64   `json:"inode"`
+}
+
+// ListChunksResp answers ListChunksReq.
+type ListChunksResp struct {
+	Chunks []ChunkMeta `json:"chunks"`
+}
+
+// RemoveReq removes the chunks of Inode with Index >= FromIndex on a chain,
+// sent to the head.
+type RemoveReq struct {
+	Tag       Tag     `json:"tag"`
+	Chain     ChainID `json:"chain"`
+	ChainVer  uint64  `json:"cv"`
+	Inode     uint64  `json:"inode"`
+	FromIndex uint64  `json:"from"`
+}
+
+// TargetReport is a target's local state in a heartbeat.
+type TargetReport struct {
+	ID    TargetID   `json:"id"`
+	State LocalState `json:"state"`
+	Used  int64      `json:"used"`
+	// Chain is the chain the target last served, 0 if it never joined one.
+	Chain ChainID `json:"chain,omitempty"`
+}
+
+// HeartbeatReq registers a storage service and reports its targets.
+type HeartbeatReq struct {
+	Node    NodeID         `json:"node"`
+	Addr    string         `json:"addr"`
+	Metrics string         `json:"metrics,omitempty"` // its Prometheus endpoint
+	Version uint64         `json:"hbv"`               // increases with every heartbeat
+	Targets []TargetReport `json:"targets"`
+	Known   uint64         `json:"known"` // the routing version the node has
+}
+
+// HeartbeatResp answers with the routing when the node's is out of date.
+type HeartbeatResp struct {
+	Routing *Routing `json:"routing,omitempty"`
+}

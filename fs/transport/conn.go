@@ -1,0 +1,237 @@
+package transport
+
+import (
+	"bufio"
+	"context"
+	"crypto/subtle"
+	"encoding/json"
+	"fmt"
+	"net"
+	"sync"
+	"time"
+)
+
+// Options configure both ends of a connection.
+type Options struct {
+	// Token is the cluster secret every connection presents. Required.
+	Token string
+	// Name names this peer for the fault layer and logs ("storage-1",
+	// "client"). Default "anon".
+	Name string
+	// MaxFrame bounds a frame. Default DefaultMaxFrame.
+	MaxFrame int
+	// Faults, if set, drops traffic between named peers.
+	Faults Faults
+	// DialTimeout bounds connect + handshake. Default 3 s.
+	DialTimeout time.Duration
+}
+
+func (o *Options) defaults() {
+	if o.Name == "" {
+		o.Name = "anon"
+	}
+	if o.MaxFrame <= 0 {
+		o.MaxFrame = DefaultMaxFrame
+	}
+	if o.DialTimeout <= 0 {
+		o.DialTimeout = 3 * time.Second
+	}
+}
+
+type hello struct {
+	Token string `json:"token"`
+	Name  string `json:"name"`
+}
+
+// Conn is a client connection carrying many concurrent calls.
+type Conn struct {
+	nc     net.Conn
+	opts   Options
+	peer   string // the server's name
+	addr   string
+	wmu    sync.Mutex // serialises frame writes
+	mu     sync.Mutex
+	nextID uint64                // guarded by mu
+	calls  map[uint64]chan reply // guarded by mu
+	err    error                 // guarded by mu: set once the connection broke
+	done   chan struct{}
+}
+
+type reply struct {
+	f   Frame
+	err error
+}
+
+// Dial connects to addr and presents the token.
+func Dial(ctx context.Context, addr string, opts Options) (*Conn, error) {
+	opts.defaults()
+	ctx, cancel := context.WithTimeout(ctx, opts.DialTimeout)
+	defer cancel()
+	var d net.Dialer
+	nc, err := d.DialContext(ctx, "tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("transport: dial %s: %w", addr, err)
+	}
+	if tc, ok := nc.(*net.TCPConn); ok {
+		tc.SetNoDelay(true)
+		tc.SetReadBuffer(4 << 20)
+		tc.SetWriteBuffer(4 << 20)
+	}
+	if dl, ok := ctx.Deadline(); ok {
+		nc.SetDeadline(dl)
+	}
+	h, _ := json.Marshal(hello{Token: opts.Token, Name: opts.Name})
+	if _, err := nc.Write(EncodeFrame(Frame{Type: THello, Header: h})); err != nil {
+		nc.Close()
+		return nil, fmt.Errorf("transport: handshake with %s: %w", addr, err)
+	}
+	br := bufio.NewReaderSize(nc, 256<<10)
+	f, err := ReadFrame(br, opts.MaxFrame)
+	if err != nil || f.Type != THelloOK {
+		nc.Close()
+		if err == nil {
+			err = fmt.Errorf("unexpected frame type %d", f.Type)
+		}
+		return nil, fmt.Errorf("%w: %s: %v", ErrRefused, addr, err)
+	}
+	var sh hello
+	json.Unmarshal(f.Header, &sh)
+	nc.SetDeadline(time.Time{})
+	if opts.Faults != nil && opts.Faults.Blocked(opts.Name, sh.Name) {
+		nc.Close()
+		return nil, fmt.Errorf("%w: %s -> %s", ErrPartitioned, opts.Name, sh.Name)
+	}
+	c := &Conn{nc: nc, opts: opts, peer: sh.Name, addr: addr, calls: map[uint64]chan reply{}, done: make(chan struct{})}
+	go c.readLoop(br)
+	return c, nil
+}
+
+// Peer is the server's name.
+func (c *Conn) Peer() string { return c.peer }
+
+// Err reports why the connection broke, or nil while it works.
+func (c *Conn) Err() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.err
+}
+
+// Close closes the connection; calls in flight fail with ErrClosed.
+func (c *Conn) Close() error {
+	c.fail(ErrClosed)
+	<-c.done
+	return nil
+}
+
+func (c *Conn) fail(err error) {
+	c.mu.Lock()
+	if c.err == nil {
+		c.err = err
+		for id, ch := range c.calls {
+			ch <- reply{err: err}
+			delete(c.calls, id)
+		}
+	}
+	c.mu.Unlock()
+	c.nc.Close()
+}
+
+func (c *Conn) readLoop(br *bufio.Reader) {
+	defer close(c.done)
+	for {
+		f, err := ReadFrame(br, c.opts.MaxFrame)
+		if err != nil {
+			c.fail(fmt.Errorf("%w: %s: %v", ErrClosed, c.addr, err))
+			return
+		}
+		if c.opts.Faults != nil && c.opts.Faults.Blocked(c.peer, c.opts.Name) {
+			continue // dropped on the wire
+		}
+		c.mu.Lock()
+		ch := c.calls[f.ID]
+		delete(c.calls, f.ID)
+		c.mu.Unlock()
+		if ch != nil {
+			ch <- reply{f: f}
+		}
+	}
+}
+
+// Call sends a request with a JSON header and raw data parts and waits for
+// the reply, decoding its header into resp (if non-nil). It returns the
+// reply's data, which belongs to the caller. A remote error comes back as
+// *RemoteError.
+func (c *Conn) Call(ctx context.Context, method uint16, req any, data [][]byte, resp any) ([]byte, error) {
+	hdr, err := json.Marshal(req)
+	if err != nil {
+		return nil, fmt.Errorf("transport: encode request: %w", err)
+	}
+	ch := make(chan reply, 1)
+	c.mu.Lock()
+	if c.err != nil {
+		err := c.err
+		c.mu.Unlock()
+		return nil, err
+	}
+	c.nextID++
+	id := c.nextID
+	c.calls[id] = ch
+	c.mu.Unlock()
+
+	if c.opts.Faults == nil || !c.opts.Faults.Blocked(c.opts.Name, c.peer) {
+		if err := writeFrame(c.nc, &c.wmu, id, TRequest, method, hdr, data); err != nil {
+			c.fail(fmt.Errorf("%w: %s: %v", ErrClosed, c.addr, err))
+		}
+	}
+	select {
+	case r := <-ch:
+		if r.err != nil {
+			return nil, r.err
+		}
+		if r.f.Type == TError {
+			re := &RemoteError{Peer: c.peer}
+			if err := json.Unmarshal(r.f.Header, re); err != nil {
+				return nil, fmt.Errorf("transport: bad error reply from %s: %w", c.addr, err)
+			}
+			re.Peer = c.peer
+			return nil, re
+		}
+		if resp != nil {
+			if err := json.Unmarshal(r.f.Header, resp); err != nil {
+				return nil, fmt.Errorf("transport: bad reply from %s: %w", c.addr, err)
+			}
+		}
+		return r.f.Data, nil
+	case <-ctx.Done():
+		c.mu.Lock()
+		delete(c.calls, id)
+		c.mu.Unlock()
+		return nil, fmt.Errorf("transport: call %d to %s (%s): %w", method, c.peer, c.addr, ctx.Err())
+	}
+}
+
+// writeFrame writes one frame with writev; data parts are not copied.
+func writeFrame(nc net.Conn, mu *sync.Mutex, id uint64, typ byte, method uint16, hdr []byte, data [][]byte) error {
+	n := 0
+	for _, d := range data {
+		n += len(d)
+	}
+	head := appendHead(make([]byte, 0, prefixLen+fixedLen+len(hdr)), id, typ, method, len(hdr), n)
+	head = append(head, hdr...)
+	bufs := make(net.Buffers, 0, 1+len(data))
+	bufs = append(bufs, head)
+	for _, d := range data {
+		if len(d) > 0 {
+			bufs = append(bufs, d)
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	_, err := bufs.WriteTo(nc)
+	return err
+}
+
+// tokenOK compares tokens in constant time.
+func tokenOK(got, want string) bool {
+	return want != "" && subtle.ConstantTimeCompare([]byte(got), []byte(want)) == 1
+}

@@ -1,0 +1,197 @@
+package transport
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+type echoReq struct {
+	N int `json:"n"`
+}
+
+func echoServer(t *testing.T, opts Options) *Server {
+	t.Helper()
+	s, err := Listen("127.0.0.1:0", opts, func(ctx context.Context, r *Request) (any, [][]byte, error) {
+		var q echoReq
+		if err := r.Decode(&q); err != nil {
+			return nil, nil, err
+		}
+		if q.N < 0 {
+			return nil, nil, fmt.Errorf("negative %d", q.N)
+		}
+		return echoReq{N: q.N + 1}, [][]byte{r.Data, []byte("!")}, nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+func TestCallMultiplexed(t *testing.T) {
+	s := echoServer(t, Options{Token: "secret", Name: "srv"})
+	c, err := Dial(context.Background(), s.Addr(), Options{Token: "secret", Name: "cli"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if c.Peer() != "srv" {
+		t.Fatalf("peer %q", c.Peer())
+	}
+	var wg sync.WaitGroup
+	errs := make(chan error, 64)
+	for i := 0; i < 64; i++ {
+		wg.Add(1)
+		go func(i int) {
+			defer wg.Done()
+			payload := bytes.Repeat([]byte{byte(i)}, i*1000)
+			var resp echoReq
+			data, err := c.Call(context.Background(), 7, echoReq{N: i}, [][]byte{payload[:len(payload)/2], payload[len(payload)/2:]}, &resp)
+			if err != nil {
+				errs <- err
+				return
+			}
+			if resp.N != i+1 || !bytes.Equal(data, append(payload, '!')) {
+				errs <- fmt.Errorf("call %d: got n=%d, %d bytes", i, resp.N, len(data))
+			}
+		}(i)
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	// A handler error comes back as a RemoteError with its message.
+	_, err = c.Call(context.Background(), 7, echoReq{N: -1}, nil, nil)
+	var re *RemoteError
+	if !errors.As(err, &re) || !strings.Contains(re.Msg, "negative -1") {
+		t.Fatalf("want remote error, got %v", err)
+	}
+}
+
+func TestWrongTokenRefusedAndLogged(t *testing.T) {
+	s := echoServer(t, Options{Token: "secret"})
+	var mu sync.Mutex
+	var logs []string
+	s.SetLogf(func(f string, a ...any) { mu.Lock(); logs = append(logs, fmt.Sprintf(f, a...)); mu.Unlock() })
+	_, err := Dial(context.Background(), s.Addr(), Options{Token: "wrong", Name: "intruder"})
+	if !errors.Is(err, ErrRefused) {
+		t.Fatalf("want ErrRefused, got %v", err)
+	}
+	_, err = Dial(context.Background(), s.Addr(), Options{Token: "", Name: "anon"})
+	if !errors.Is(err, ErrRefused) {
+		t.Fatalf("want ErrRefused for empty token, got %v", err)
+	}
+	time.Sleep(50 * time.Millisecond)
+	mu.Lock()
+	defer mu.Unlock()
+	if len(logs) < 2 || !strings.Contains(logs[0], "wrong cluster token") {
+		t.Fatalf("refusals not logged: %q", logs)
+	}
+}
+
+func TestOversizedAndMalformedFramesRejected(t *testing.T) {
+	s := echoServer(t, Options{Token: "secret", MaxFrame: 1 << 20})
+	// Oversized request after a good handshake: the server drops the
+	// connection and keeps serving others.
+	c, err := Dial(context.Background(), s.Addr(), Options{Token: "secret"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	_, err = c.Call(ctx, 7, echoReq{}, [][]byte{make([]byte, 2<<20)}, nil)
+	if err == nil {
+		t.Fatal("oversized frame accepted")
+	}
+	c.Close()
+	// Garbage on a raw connection.
+	for _, junk := range [][]byte{{0, 0, 0, 1, 9}, {0xff, 0xff, 0xff, 0xff}, []byte("GET / HTTP/1.1\r\n\r\n")} {
+		nc, err := net.Dial("tcp", s.Addr())
+		if err != nil {
+			t.Fatal(err)
+		}
+		nc.Write(junk)
+		nc.SetReadDeadline(time.Now().Add(2 * time.Second))
+		buf := make([]byte, 10)
+		if n, _ := nc.Read(buf); n != 0 {
+			t.Fatalf("server answered junk with %q", buf[:n])
+		}
+		nc.Close()
+	}
+	c2, err := Dial(context.Background(), s.Addr(), Options{Token: "secret"})
+	if err != nil {
+		t.Fatalf("server died after bad frames: %v", err)
+	}
+	defer c2.Close()
+	if _, err := c2.Call(context.Background(), 7, echoReq{N: 1}, nil, nil); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestPartitionDropsTraffic(t *testing.T) {
+	var p Partition
+	s := echoServer(t, Options{Token: "secret", Name: "b", Faults: &p})
+	c, err := Dial(context.Background(), s.Addr(), Options{Token: "secret", Name: "a", Faults: &p})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	p.Block("a", "b")
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	if _, err := c.Call(ctx, 7, echoReq{}, nil, nil); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("partitioned call: %v", err)
+	}
+	if _, err := Dial(context.Background(), s.Addr(), Options{Token: "secret", Name: "a", Faults: &p}); !errors.Is(err, ErrPartitioned) {
+		t.Fatalf("partitioned dial: %v", err)
+	}
+	p.Heal()
+	if _, err := c.Call(context.Background(), 7, echoReq{}, nil, nil); err != nil {
+		t.Fatalf("after heal: %v", err)
+	}
+}
+
+func TestDecodeFrameRoundTrip(t *testing.T) {
+	f := Frame{ID: 42, Type: TReply, Method: 3, Header: []byte(`{"a":1}`), Data: []byte("data")}
+	g, err := DecodeFrame(EncodeFrame(f), DefaultMaxFrame)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if g.ID != 42 || g.Type != TReply || g.Method != 3 || string(g.Header) != `{"a":1}` || string(g.Data) != "data" {
+		t.Fatalf("got %+v", g)
+	}
+	b := EncodeFrame(f)
+	b[16+3] = 0xff // header length past the end
+	if _, err := DecodeFrame(b, DefaultMaxFrame); !errors.Is(err, ErrFrame) {
+		t.Fatalf("bad header length: %v", err)
+	}
+}
+
+func FuzzDecodeFrame(f *testing.F) {
+	f.Add(EncodeFrame(Frame{ID: 1, Type: TRequest, Method: 2, Header: []byte("{}"), Data: []byte("x")}))
+	f.Add([]byte{0, 0, 0, 16})
+	f.Add([]byte{0xff, 0xff, 0xff, 0xff, 1})
+	f.Fuzz(func(t *testing.T, b []byte) {
+		fr, err := DecodeFrame(b, 1<<20)
+		if err != nil {
+			return
+		}
+		// A decoded frame re-encodes to the same bytes.
+		if !bytes.Equal(EncodeFrame(fr), b) {
+			t.Fatalf("round trip differs")
+		}
+		// ReadFrame agrees with DecodeFrame.
+		fr2, err := ReadFrame(bytes.NewReader(b), 1<<20)
+		if err != nil || fr2.ID != fr.ID || !bytes.Equal(fr2.Data, fr.Data) {
+			t.Fatalf("ReadFrame disagrees: %v", err)
+		}
+	})
+}
