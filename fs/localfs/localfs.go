@@ -178,6 +178,11 @@ func putBounce(b *bounce) { bouncePool.Put(b) }
 // ReadBatch reads every request, in file-offset order, with at most
 // Parallelism reads in flight.
 func (l *FS) ReadBatch(ctx context.Context, reqs []fs.ReadRequest) error {
+	return l.ReadBatchN(ctx, reqs, l.Parallelism)
+}
+
+// ReadBatchN is ReadBatch with at most par reads in flight (default 64).
+func (l *FS) ReadBatchN(ctx context.Context, reqs []fs.ReadRequest, par int) error {
 	if len(reqs) == 0 {
 		return nil
 	}
@@ -193,7 +198,6 @@ func (l *FS) ReadBatch(ctx context.Context, reqs []fs.ReadRequest) error {
 		}
 		return ra.Off < rb.Off
 	})
-	par := l.Parallelism
 	if par <= 0 {
 		par = 64
 	}
@@ -265,6 +269,23 @@ func wrapSpace(err error) error {
 		return fmt.Errorf("%w: %w", fs.ErrNoSpace, err)
 	}
 	return err
+}
+
+// WriteAt overwrites bytes already written at off (a header written last,
+// as FFRecord writers do). The file stays unpublished until Commit.
+func (w *writer) WriteAt(p []byte, off int64) (int, error) {
+	if w.err != nil {
+		return 0, w.err
+	}
+	if err := w.bw.Flush(); err != nil {
+		w.err = wrapSpace(fmt.Errorf("write %s: %w", w.name, err))
+		return 0, w.err
+	}
+	n, err := w.f.WriteAt(p, off)
+	if err != nil {
+		w.err = wrapSpace(fmt.Errorf("write %s: %w", w.name, err))
+	}
+	return n, w.err
 }
 
 func (w *writer) Commit() error {

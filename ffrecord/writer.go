@@ -1,0 +1,488 @@
+package ffrecord
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"io"
+	"os"
+	"path"
+	"strings"
+
+	"github.com/ffkit/ffkit/fs"
+)
+
+// maxN bounds n so that the header length cannot overflow.
+const maxN = (1 << 62) / perSample
+
+// Writer writes one FFRecord file of n samples known up front, producing
+// exactly the bytes the reference writer produces. It belongs to one
+// goroutine. Nothing is visible under the file's name until Close succeeds.
+type Writer struct {
+	path    string
+	n       int64
+	w       fs.Writer
+	wa      io.WriterAt // w's positional writes, when it has them
+	spool   *os.File    // samples spooled here when w cannot write at an offset
+	spoolW  *bufio.Writer
+	crcs    []uint32
+	lengths []int64
+	err     error // first error, sticky
+	done    bool
+}
+
+// Create starts a file of n samples at path (a local path or a URL),
+// written under a temporary name and published by Close.
+func Create(ctx context.Context, p string, n int64) (*Writer, error) {
+	if n < 0 || n > maxN {
+		return nil, fmt.Errorf("%w: cannot create %s with n = %d samples", ErrIndex, p, n)
+	}
+	fsys, name, err := fs.Resolve(ctx, p)
+	if err != nil {
+		return nil, fmt.Errorf("ffrecord: %w", err)
+	}
+	return create(ctx, fsys, name, p, n)
+}
+
+func create(ctx context.Context, fsys fs.FS, name, display string, n int64) (*Writer, error) {
+	w, err := fsys.Create(ctx, name)
+	if err != nil {
+		return nil, fmt.Errorf("ffrecord: create %s: %w", display, err)
+	}
+	c := min(n, 1<<20) // grown as samples arrive: n is the caller's claim
+	wr := &Writer{path: display, n: n, w: w, crcs: make([]uint32, 0, c), lengths: make([]int64, 0, c)}
+	if wa, ok := w.(io.WriterAt); ok {
+		wr.wa = wa
+		// A zero header now, the real one at Close, as the reference does.
+		if err := writeZeros(w, HeaderLen(n)); err != nil {
+			w.Close()
+			return nil, fmt.Errorf("ffrecord: %s: %w", display, err)
+		}
+	} else {
+		f, err := os.CreateTemp("", "ffrecord-spool-*")
+		if err != nil {
+			w.Close()
+			return nil, fmt.Errorf("ffrecord: %s: spool file: %w", display, err)
+		}
+		os.Remove(f.Name()) // unlinked: vanishes with the process
+		wr.spool, wr.spoolW = f, bufio.NewWriterSize(f, 1<<20)
+	}
+	return wr, nil
+}
+
+func writeZeros(w io.Writer, n int64) error {
+	z := make([]byte, min(n, 1<<20))
+	for n > 0 {
+		k := min(n, int64(len(z)))
+		if _, err := w.Write(z[:k]); err != nil {
+			return err
+		}
+		n -= k
+	}
+	return nil
+}
+
+// WriteOne appends the next sample.
+func (w *Writer) WriteOne(b []byte) error {
+	return w.writeOne(b, crc32.Update(0, crcTable, b))
+}
+
+func (w *Writer) writeOne(b []byte, crc uint32) error {
+	if w.err != nil {
+		return w.err
+	}
+	if w.done {
+		return fmt.Errorf("ffrecord: %s: write after Close or Abort", w.path)
+	}
+	if int64(len(w.crcs)) >= w.n {
+		w.err = fmt.Errorf("%w: %s: sample %d is more than the %d samples the file was created for", ErrIndex, w.path, len(w.crcs), w.n)
+		return w.err
+	}
+	var err error
+	if w.spool != nil {
+		_, err = w.spoolW.Write(b)
+	} else {
+		_, err = w.w.Write(b)
+	}
+	if err != nil {
+		w.err = fmt.Errorf("ffrecord: %s: write sample %d: %w", w.path, len(w.crcs), err)
+		return w.err
+	}
+	w.crcs = append(w.crcs, crc)
+	w.lengths = append(w.lengths, int64(len(b)))
+	return nil
+}
+
+// Written is the number of samples written so far.
+func (w *Writer) Written() int64 { return int64(len(w.crcs)) }
+
+// Close writes the header and publishes the file. It fails, publishing
+// nothing, unless exactly n samples were written.
+func (w *Writer) Close() error {
+	if w.done {
+		return w.err
+	}
+	if w.err == nil && int64(len(w.crcs)) != w.n {
+		w.err = fmt.Errorf("%w: %s: created for %d samples, got %d; nothing was written", ErrIndex, w.path, w.n, len(w.crcs))
+	}
+	if w.err != nil {
+		w.Abort()
+		return w.err
+	}
+	w.done = true
+	hdr := encodeHeader(w.crcs, w.lengths)
+	var err error
+	if w.wa != nil {
+		_, err = w.wa.WriteAt(hdr, 0)
+	} else {
+		_, err = w.w.Write(hdr)
+		if err == nil {
+			err = w.spoolW.Flush()
+		}
+		if err == nil {
+			_, err = w.spool.Seek(0, io.SeekStart)
+		}
+		if err == nil {
+			_, err = io.CopyBuffer(struct{ io.Writer }{w.w}, w.spool, make([]byte, 1<<20))
+		}
+		w.spool.Close()
+	}
+	if err == nil {
+		err = w.w.Commit()
+	} else {
+		w.w.Close()
+	}
+	if err != nil {
+		w.err = fmt.Errorf("ffrecord: %s: %w", w.path, err)
+	}
+	return w.err
+}
+
+// Abort abandons the file: nothing is published.
+func (w *Writer) Abort() {
+	if w.done {
+		return
+	}
+	w.done = true
+	w.w.Close()
+	if w.spool != nil {
+		w.spool.Close()
+	}
+	if w.err == nil {
+		w.err = fmt.Errorf("ffrecord: %s: aborted", w.path)
+	}
+}
+
+// DefaultShardSize is ShardOptions.TargetSize's default.
+const DefaultShardSize = 256 << 20
+
+// ShardOptions tune a ShardedWriter.
+type ShardOptions struct {
+	// TargetSize: a shard is closed before a sample that would take it past
+	// this many bytes (header included). A shard holds at least one sample.
+	// Default 256 MiB.
+	TargetSize int64
+	// Sizes, if the caller knows every sample's length in advance, lets
+	// samples stream to disk; otherwise each shard is buffered in memory
+	// (up to TargetSize) until it is complete. The files are the same
+	// either way. Write fails on a sample of another length.
+	Sizes []int64
+	// Overwrite replaces *.ffr files already in the directory (the stale
+	// ones are removed at Close). Default: refuse to write into a
+	// directory that holds *.ffr files.
+	Overwrite bool
+}
+
+// Validate checks the options.
+func (o ShardOptions) Validate() error {
+	if o.TargetSize < 0 {
+		return fmt.Errorf("%w: negative shard size %d", ErrIndex, o.TargetSize)
+	}
+	for i, s := range o.Sizes {
+		if s < 0 {
+			return fmt.Errorf("%w: Sizes[%d] = %d is negative", ErrIndex, i, s)
+		}
+	}
+	return nil
+}
+
+// ShardName is the file name of shard i.
+func ShardName(i int) string { return fmt.Sprintf("PART_%05d.ffr", i) }
+
+// PlanShards splits samples of the given lengths into shards by the rule
+// the ShardedWriter follows, returning each shard's sample count.
+func PlanShards(sizes []int64, target int64) []int64 {
+	if target <= 0 {
+		target = DefaultShardSize
+	}
+	var out []int64
+	var n, bytes int64
+	for _, s := range sizes {
+		if n > 0 && HeaderLen(n+1)+bytes+s > target {
+			out = append(out, n)
+			n, bytes = 0, 0
+		}
+		n++
+		bytes += s
+	}
+	if n > 0 {
+		out = append(out, n)
+	}
+	return out
+}
+
+// ShardedWriter writes a directory of FFRecord files without knowing the
+// number of samples in advance, rolling to a new file at a target size.
+// Shards are written under hidden pending names and renamed into place by
+// Close, so a crash leaves no partial dataset that opens as valid.
+type ShardedWriter struct {
+	ctx     context.Context
+	fsys    fs.FS
+	dir     string // inside fsys
+	display string
+	opts    ShardOptions
+	plan    []int64 // shard sample counts, with Sizes
+	// the current shard
+	cur      *Writer // streaming mode
+	buf      []byte  // buffered mode: the shard's samples
+	lens     []int64
+	crcs     []uint32
+	count    int64 // samples written in total
+	pending  []string
+	finals   []string
+	err      error
+	finished bool
+}
+
+// NewShardedWriter starts writing shards into dir (created if missing).
+func NewShardedWriter(ctx context.Context, dir string, opts ShardOptions) (*ShardedWriter, error) {
+	if err := opts.Validate(); err != nil {
+		return nil, err
+	}
+	if opts.TargetSize == 0 {
+		opts.TargetSize = DefaultShardSize
+	}
+	fsys, name, err := fs.Resolve(ctx, dir)
+	if err != nil {
+		return nil, fmt.Errorf("ffrecord: %w", err)
+	}
+	if err := fsys.MkdirAll(ctx, name); err != nil {
+		return nil, fmt.Errorf("ffrecord: create directory %s: %w", dir, err)
+	}
+	if !opts.Overwrite {
+		ents, err := fsys.List(ctx, name)
+		if err != nil {
+			return nil, fmt.Errorf("ffrecord: list %s: %w", dir, err)
+		}
+		for _, e := range ents {
+			if !e.IsDir && strings.HasSuffix(e.Name, ".ffr") {
+				return nil, fmt.Errorf("%w: %s already holds %s; remove it or overwrite", fs.ErrExist, dir, e.Name)
+			}
+		}
+	}
+	w := &ShardedWriter{ctx: ctx, fsys: fsys, dir: name, display: dir, opts: opts}
+	if opts.Sizes != nil {
+		w.plan = PlanShards(opts.Sizes, opts.TargetSize)
+	}
+	return w, nil
+}
+
+// Write appends the next sample.
+func (w *ShardedWriter) Write(b []byte) error {
+	if w.err != nil {
+		return w.err
+	}
+	if w.finished {
+		return fmt.Errorf("ffrecord: %s: write after Close", w.display)
+	}
+	if w.plan != nil {
+		return w.writeStreaming(b)
+	}
+	s := int64(len(b))
+	n := int64(len(w.lens))
+	if n > 0 && HeaderLen(n+1)+int64(len(w.buf))+s > w.opts.TargetSize {
+		if err := w.flush(); err != nil {
+			return err
+		}
+	}
+	w.buf = append(w.buf, b...)
+	w.lens = append(w.lens, s)
+	w.crcs = append(w.crcs, crc32.Update(0, crcTable, b))
+	w.count++
+	return nil
+}
+
+func (w *ShardedWriter) fail(err error) error {
+	if w.err == nil {
+		w.err = err
+	}
+	return w.err
+}
+
+func (w *ShardedWriter) writeStreaming(b []byte) error {
+	i := w.count
+	if i >= int64(len(w.opts.Sizes)) {
+		return w.fail(fmt.Errorf("%w: %s: sample %d is more than the %d sizes given", ErrIndex, w.display, i, len(w.opts.Sizes)))
+	}
+	if int64(len(b)) != w.opts.Sizes[i] {
+		return w.fail(fmt.Errorf("%w: %s: sample %d has %d bytes, its size was given as %d", ErrIndex, w.display, i, len(b), w.opts.Sizes[i]))
+	}
+	if w.cur == nil {
+		shard := len(w.pending)
+		cw, err := w.startShard(shard, w.plan[shard])
+		if err != nil {
+			return w.fail(err)
+		}
+		w.cur = cw
+	}
+	if err := w.cur.WriteOne(b); err != nil {
+		return w.fail(err)
+	}
+	w.count++
+	if w.cur.Written() == w.cur.n {
+		if err := w.commitCur(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (w *ShardedWriter) startShard(i int, n int64) (*Writer, error) {
+	final := path.Join(w.dir, ShardName(i))
+	pending := path.Join(w.dir, "."+ShardName(i)+".pending")
+	cw, err := create(w.ctx, w.fsys, pending, fs.Join(w.display, ShardName(i)), n)
+	if err != nil {
+		return nil, err
+	}
+	w.pending = append(w.pending, pending)
+	w.finals = append(w.finals, final)
+	return cw, nil
+}
+
+func (w *ShardedWriter) commitCur() error {
+	cw := w.cur
+	w.cur = nil
+	if err := cw.Close(); err != nil {
+		return w.fail(err)
+	}
+	return nil
+}
+
+// flush writes the buffered shard.
+func (w *ShardedWriter) flush() error {
+	n := int64(len(w.lens))
+	if n == 0 {
+		return nil
+	}
+	cw, err := w.startShard(len(w.pending), n)
+	if err != nil {
+		return w.fail(err)
+	}
+	var off int64
+	for i, l := range w.lens {
+		if err := cw.writeOne(w.buf[off:off+l], w.crcs[i]); err != nil {
+			cw.Abort()
+			return w.fail(err)
+		}
+		off += l
+	}
+	if err := cw.Close(); err != nil {
+		return w.fail(err)
+	}
+	w.buf, w.lens, w.crcs = w.buf[:0], w.lens[:0], w.crcs[:0]
+	return nil
+}
+
+// Count is the number of samples written so far.
+func (w *ShardedWriter) Count() int64 { return w.count }
+
+// Close writes the last shard and publishes all shards under their names
+// (PART_00000.ffr, ...). It returns the published paths. A writer that
+// received no sample publishes one empty shard, so the directory opens as
+// an empty dataset rather than as no dataset.
+func (w *ShardedWriter) Close() ([]string, error) {
+	if w.finished {
+		return nil, w.err
+	}
+	w.finished = true
+	if w.err == nil && w.plan != nil && w.count != int64(len(w.opts.Sizes)) {
+		w.fail(fmt.Errorf("%w: %s: %d sizes given, %d samples written", ErrIndex, w.display, len(w.opts.Sizes), w.count))
+	}
+	if w.err == nil && w.plan == nil {
+		if len(w.lens) > 0 || len(w.pending) == 0 {
+			if len(w.lens) == 0 {
+				// an empty dataset: one header-only shard
+				cw, err := w.startShard(0, 0)
+				if err != nil {
+					w.fail(err)
+				} else if err := cw.Close(); err != nil {
+					w.fail(err)
+				}
+			} else {
+				w.flush()
+			}
+		}
+	}
+	if w.err == nil && w.plan != nil && len(w.plan) == 0 {
+		cw, err := w.startShard(0, 0)
+		if err == nil {
+			err = cw.Close()
+		}
+		if err != nil {
+			w.fail(err)
+		}
+	}
+	if w.err != nil {
+		w.abort()
+		return nil, w.err
+	}
+	// Publish: rename pending shards into place, then drop stale shards
+	// of an earlier run.
+	for i, p := range w.pending {
+		if err := w.fsys.Rename(w.ctx, p, w.finals[i]); err != nil {
+			w.fail(fmt.Errorf("ffrecord: publish %s: %w", w.finals[i], err))
+			w.abort()
+			return nil, w.err
+		}
+	}
+	keep := map[string]bool{}
+	for i := range w.finals {
+		keep[ShardName(i)] = true
+	}
+	if ents, err := w.fsys.List(w.ctx, w.dir); err == nil {
+		for _, e := range ents {
+			if !e.IsDir && strings.HasSuffix(e.Name, ".ffr") && !keep[e.Name] {
+				if err := w.fsys.Remove(w.ctx, path.Join(w.dir, e.Name)); err != nil {
+					return nil, w.fail(fmt.Errorf("ffrecord: remove stale shard %s: %w", e.Name, err))
+				}
+			}
+		}
+	}
+	out := make([]string, len(w.finals))
+	for i := range w.finals {
+		out[i] = fs.Join(w.display, ShardName(i))
+	}
+	return out, nil
+}
+
+// Abort abandons the dataset: pending shards are removed, nothing is published.
+func (w *ShardedWriter) Abort() {
+	if w.finished {
+		return
+	}
+	w.finished = true
+	w.fail(errors.New("ffrecord: sharded writer aborted"))
+	w.abort()
+}
+
+func (w *ShardedWriter) abort() {
+	if w.cur != nil {
+		w.cur.Abort()
+		w.cur = nil
+	}
+	for _, p := range w.pending {
+		w.fsys.Remove(w.ctx, p)
+	}
+}
