@@ -1,0 +1,220 @@
+package mgmtd
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ffkit/ffkit/fs/kv/memkv"
+	"github.com/ffkit/ffkit/fs/proto"
+)
+
+// chainOf parses "1:serving 2:offline ..." (target id:state, node = id).
+func chainOf(t *testing.T, s string) proto.Chain {
+	t.Helper()
+	c := proto.Chain{ID: 1, Version: 10}
+	for _, w := range strings.Fields(s) {
+		var id int
+		var st string
+		if _, err := fmt.Sscanf(strings.Replace(w, ":", " ", 1), "%d %s", &id, &st); err != nil {
+			t.Fatalf("bad chain spec %q", w)
+		}
+		c.Targets = append(c.Targets, proto.ChainTarget{ID: proto.TargetID(id), Node: proto.NodeID(id), State: proto.PublicState(st)})
+	}
+	return c
+}
+
+func localOf(s string) map[proto.TargetID]proto.LocalState {
+	m := map[proto.TargetID]proto.LocalState{}
+	for _, w := range strings.Fields(s) {
+		var id int
+		var st string
+		fmt.Sscanf(strings.Replace(w, ":", " ", 1), "%d %s", &id, &st)
+		m[proto.TargetID(id)] = proto.LocalState(st)
+	}
+	return m
+}
+
+func render(c proto.Chain) string {
+	var parts []string
+	for _, t := range c.Targets {
+		parts = append(parts, fmt.Sprintf("%d:%s", t.ID, t.State))
+	}
+	return strings.Join(parts, " ")
+}
+
+func TestNextChainTable(t *testing.T) {
+	for _, tc := range []struct{ name, chain, local, want string }{
+		{"all healthy", "1:serving 2:serving 3:serving", "1:uptodate 2:uptodate 3:uptodate", "1:serving 2:serving 3:serving"},
+		{"head dies, moves to end", "1:serving 2:serving 3:serving", "2:uptodate 3:uptodate", "2:serving 3:serving 1:offline"},
+		{"middle dies", "1:serving 2:serving 3:serving", "1:uptodate 3:uptodate 2:offline", "1:serving 3:serving 2:offline"},
+		{"tail dies", "1:serving 2:serving 3:serving", "1:uptodate 2:uptodate", "1:serving 2:serving 3:offline"},
+		{"all die: first becomes lastsrv", "1:serving 2:serving 3:serving", "", "1:lastsrv 2:offline 3:offline"},
+		{"last one dies", "2:serving 1:offline 3:offline", "", "2:lastsrv 1:offline 3:offline"},
+		{"stale one returns first: waits", "2:lastsrv 1:offline 3:offline", "1:online", "2:lastsrv 1:waiting 3:offline"},
+		{"lastsrv returns: serves", "2:lastsrv 1:waiting 3:offline", "1:online 2:online", "2:serving 1:syncing 3:offline"},
+		{"returning target syncs", "1:serving 2:serving 3:offline", "1:uptodate 2:uptodate 3:online", "1:serving 2:serving 3:syncing"},
+		{"only one syncs at a time", "1:serving 2:offline 3:offline", "1:uptodate 2:online 3:online", "1:serving 2:syncing 3:waiting"},
+		{"sync done: serving", "1:serving 2:syncing 3:waiting", "1:uptodate 2:uptodate 3:online", "1:serving 2:serving 3:syncing"},
+		{"syncing dies", "1:serving 2:syncing 3:waiting", "1:uptodate 3:online", "1:serving 3:syncing 2:offline"},
+		{"serving dies while other syncs", "1:serving 2:syncing", "2:online", "1:lastsrv 2:waiting"},
+		{"serving reporting online stays (just promoted)", "1:serving 2:serving", "1:online 2:uptodate", "1:serving 2:serving"},
+		{"restart: all report offline", "1:serving 2:serving 3:serving", "1:offline 2:offline 3:offline", "1:lastsrv 2:offline 3:offline"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := chainOf(t, tc.chain)
+			n, changed := NextChain(c, localOf(tc.local))
+			if got := render(n); got != tc.want {
+				t.Fatalf("got %q want %q", got, tc.want)
+			}
+			if changed != (tc.chain != tc.want) {
+				t.Fatalf("changed=%v", changed)
+			}
+			if changed && n.Version != c.Version+1 {
+				t.Fatalf("version %d, want %d", n.Version, c.Version+1)
+			}
+			if err := CheckChain(n); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
+
+// TestNextChainInvariantsRandom drives chains with random local states and
+// checks 3FS's invariants after every step, and that membership never
+// changes and a chain with live targets converges to all serving.
+func TestNextChainInvariantsRandom(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	locals := []proto.LocalState{proto.UpToDate, proto.Online, proto.LocalOff}
+	for iter := 0; iter < 2000; iter++ {
+		c := chainOf(t, "1:serving 2:serving 3:serving")
+		for step := 0; step < 20; step++ {
+			local := map[proto.TargetID]proto.LocalState{}
+			for _, tg := range c.Targets {
+				s := locals[rng.IntN(3)]
+				// A storage node reports uptodate only for a target that
+				// serves or was syncing (sync done).
+				if s == proto.UpToDate && tg.State != proto.Serving && tg.State != proto.Syncing {
+					s = proto.Online
+				}
+				local[tg.ID] = s
+			}
+			n, _ := NextChain(c, local)
+			if err := CheckChain(n); err != nil {
+				t.Fatalf("iter %d step %d: %v (from %s, local %v)", iter, step, err, c.String(), local)
+			}
+			if len(n.Targets) != 3 {
+				t.Fatal("membership changed")
+			}
+			c = n
+		}
+		// Everyone alive again and syncing finishes: converge to serving.
+		for step := 0; step < 10; step++ {
+			local := map[proto.TargetID]proto.LocalState{}
+			for _, tg := range c.Targets {
+				if tg.State == proto.Serving || tg.State == proto.Syncing {
+					local[tg.ID] = proto.UpToDate
+				} else {
+					local[tg.ID] = proto.Online
+				}
+			}
+			c, _ = NextChain(c, local)
+		}
+		for _, tg := range c.Targets {
+			if tg.State != proto.Serving {
+				t.Fatalf("iter %d: did not converge: %s", iter, c.String())
+			}
+		}
+	}
+}
+
+func TestLocalStatesFailTimeout(t *testing.T) {
+	now := time.Unix(1000, 0)
+	nodes := map[proto.NodeID]NodeView{
+		1: {LastHB: now.Add(-time.Second), Targets: map[proto.TargetID]proto.LocalState{11: proto.UpToDate}},
+		2: {LastHB: now.Add(-5 * time.Second), Targets: map[proto.TargetID]proto.LocalState{21: proto.UpToDate}},
+	}
+	got := LocalStates(nodes, now, 4*time.Second)
+	if got[11] != proto.UpToDate || got[21] != proto.LocalOff {
+		t.Fatalf("got %v", got)
+	}
+}
+
+func TestPlacement(t *testing.T) {
+	targets := map[proto.TargetID]proto.NodeID{}
+	for n := 1; n <= 3; n++ {
+		for i := 1; i <= 2; i++ {
+			targets[proto.TargetID(n*100+i)] = proto.NodeID(n)
+		}
+	}
+	chains, err := Placement(targets, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(chains) != 2 {
+		t.Fatalf("%d chains", len(chains))
+	}
+	used := map[proto.TargetID]bool{}
+	heads := map[proto.NodeID]int{}
+	for _, c := range chains {
+		nodes := map[proto.NodeID]bool{}
+		for _, tg := range c.Targets {
+			if nodes[tg.Node] || used[tg.ID] {
+				t.Fatalf("bad placement %s", c.String())
+			}
+			nodes[tg.Node] = true
+			used[tg.ID] = true
+		}
+		heads[c.Targets[0].Node]++
+	}
+	if len(heads) != 2 {
+		t.Fatalf("heads not spread: %v", heads)
+	}
+	if _, err := Placement(targets, 4); err == nil {
+		t.Fatal("4 replicas on 3 nodes accepted")
+	}
+}
+
+// TestServerRestartResumes checks that a restarted mgmtd resumes the
+// persisted routing with a higher version.
+func TestServerRestartResumes(t *testing.T) {
+	ctx := context.Background()
+	store := memkv.New(memkv.Options{})
+	opts := Options{Token: "t", Store: store, Replicas: 2, ExpectTargets: 4, UpdateInterval: 10 * time.Millisecond, Logf: t.Logf}
+	s, err := Start(ctx, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for n := 1; n <= 2; n++ {
+		_, _, err := s.heartbeat(ctx, &proto.HeartbeatReq{Node: proto.NodeID(n), Addr: fmt.Sprintf("h:%d", n), Version: 1,
+			Targets: []proto.TargetReport{{ID: proto.TargetID(n*10 + 1), State: proto.Online}, {ID: proto.TargetID(n*10 + 2), State: proto.Online}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	deadline := time.Now().Add(2 * time.Second)
+	for len(s.Routing().Chains) == 0 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	r1 := s.Routing()
+	if len(r1.Chains) != 2 {
+		t.Fatalf("chains not built: %+v", r1)
+	}
+	// Stale heartbeat versions are refused.
+	if _, _, err := s.heartbeat(ctx, &proto.HeartbeatReq{Node: 1, Addr: "h:1", Version: 1}); err == nil {
+		t.Fatal("stale heartbeat accepted")
+	}
+	s.Close()
+	s2, err := Start(ctx, Options{Token: "t", Store: store, Logf: t.Logf})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s2.Close()
+	r2 := s2.Routing()
+	if r2.Version <= r1.Version || len(r2.Chains) != 2 || r2.NodeAddr(2) != "h:2" {
+		t.Fatalf("restart lost state: before %+v after %+v", r1, r2)
+	}
+}

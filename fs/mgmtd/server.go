@@ -1,0 +1,405 @@
+package mgmtd
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log"
+	"maps"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/ffkit/ffkit/fs/kv"
+	"github.com/ffkit/ffkit/fs/proto"
+	"github.com/ffkit/ffkit/fs/transport"
+	"github.com/ffkit/ffkit/internal/errkind"
+)
+
+func errf(format string, args ...any) error {
+	return errkind.Wrap(errkind.Data, fmt.Errorf("mgmtd: "+format, args...))
+}
+
+// routingKey holds the persisted routing.
+var routingKey = []byte("mgmtd/routing")
+
+// Options configure a Server. Zero values take the defaults.
+type Options struct {
+	// Listen is the address to serve on. Default "127.0.0.1:0".
+	Listen string
+	// Token is the cluster secret. Required.
+	Token string
+	// Store persists the routing. Required.
+	Store kv.Store
+	// Replicas per chain when the chain table is built. Default 3.
+	Replicas int
+	// ExpectTargets: the chain table is built once this many targets have
+	// registered. Default 0: never built automatically (see BuildChains).
+	ExpectTargets int
+	// ChunkSize announced to clients. Default proto.DefaultChunkSize.
+	ChunkSize int64
+	// HeartbeatInterval is how often storage services report (they read it
+	// from their own flags; mgmtd uses it for the Freeze default). Default 1 s.
+	HeartbeatInterval time.Duration
+	// FailTimeout: a node silent this long is dead. Default 4 s.
+	FailTimeout time.Duration
+	// UpdateInterval: how often decisions run. Default 200 ms.
+	UpdateInterval time.Duration
+	// Freeze: after start, no decision for this long. Default
+	// 2*HeartbeatInterval.
+	Freeze time.Duration
+	// Fence runs inside every write transaction; an error aborts the write.
+	// The seam for a lease-holding primary. Default none.
+	Fence func(ctx context.Context, tx kv.Txn) error
+	// Faults and Name feed the transport fault layer. Name default "mgmtd".
+	Faults transport.Faults
+	Name   string
+	// Logf logs decisions. Default log.Printf.
+	Logf func(format string, args ...any)
+	// Registry receives the metrics. Default: a new registry.
+	Registry *prometheus.Registry
+}
+
+func (o *Options) defaults() error {
+	if o.Token == "" {
+		return fmt.Errorf("mgmtd: a cluster token is required")
+	}
+	if o.Store == nil {
+		return fmt.Errorf("mgmtd: a kv store is required")
+	}
+	if o.Listen == "" {
+		o.Listen = "127.0.0.1:0"
+	}
+	if o.Replicas <= 0 {
+		o.Replicas = 3
+	}
+	if o.ChunkSize <= 0 {
+		o.ChunkSize = proto.DefaultChunkSize
+	}
+	if o.ChunkSize > proto.MaxChunkSize {
+		return fmt.Errorf("mgmtd: chunk size %d above the maximum %d", o.ChunkSize, proto.MaxChunkSize)
+	}
+	if o.HeartbeatInterval <= 0 {
+		o.HeartbeatInterval = time.Second
+	}
+	if o.FailTimeout <= 0 {
+		o.FailTimeout = 4 * time.Second
+	}
+	if o.UpdateInterval <= 0 {
+		o.UpdateInterval = 200 * time.Millisecond
+	}
+	if o.Freeze <= 0 {
+		o.Freeze = 2 * o.HeartbeatInterval
+	}
+	if o.Name == "" {
+		o.Name = "mgmtd"
+	}
+	if o.Logf == nil {
+		o.Logf = log.Printf
+	}
+	if o.Registry == nil {
+		o.Registry = prometheus.NewRegistry()
+	}
+	return nil
+}
+
+type nodeState struct {
+	NodeView
+	hbVersion uint64
+	metrics   string
+}
+
+// Server is a running mgmtd.
+type Server struct {
+	opts   Options
+	srv    *transport.Server
+	start  time.Time
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+
+	mu      sync.Mutex
+	routing *proto.Routing              // published routing; guarded by mu
+	nodes   map[proto.NodeID]*nodeState // guarded by mu
+	targets map[proto.TargetID]proto.NodeID
+
+	mChanges   prometheus.Counter
+	mHeartbeat prometheus.Counter
+	mVersion   prometheus.Gauge
+}
+
+// Start loads the persisted routing (if any) and starts serving.
+func Start(ctx context.Context, opts Options) (*Server, error) {
+	if err := opts.defaults(); err != nil {
+		return nil, err
+	}
+	s := &Server{opts: opts, nodes: map[proto.NodeID]*nodeState{}, targets: map[proto.TargetID]proto.NodeID{}}
+	s.mChanges = prometheus.NewCounter(prometheus.CounterOpts{Name: "ffkit_mgmtd_routing_changes_total", Help: "Routing changes published."})
+	s.mHeartbeat = prometheus.NewCounter(prometheus.CounterOpts{Name: "ffkit_mgmtd_heartbeats_total", Help: "Heartbeats received."})
+	s.mVersion = prometheus.NewGauge(prometheus.GaugeOpts{Name: "ffkit_mgmtd_routing_version", Help: "Current routing version."})
+	for _, c := range []prometheus.Collector{s.mChanges, s.mHeartbeat, s.mVersion} {
+		if err := opts.Registry.Register(c); err != nil {
+			return nil, fmt.Errorf("mgmtd: metrics: %w", err)
+		}
+	}
+	r := &proto.Routing{Version: 1, ChunkSize: opts.ChunkSize}
+	err := opts.Store.View(ctx, func(tx kv.ReadTxn) error {
+		v, ok, err := tx.Get(ctx, routingKey)
+		if err != nil || !ok {
+			return err
+		}
+		var got proto.Routing
+		if err := json.Unmarshal(v, &got); err != nil {
+			return fmt.Errorf("mgmtd: persisted routing is corrupt: %w", err)
+		}
+		r = &got
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("mgmtd: load state: %w", err)
+	}
+	if len(r.Chains) > 0 {
+		// A restart: publish a new version so everyone re-reads.
+		r.Version++
+		if err := s.persist(ctx, r); err != nil {
+			return nil, err
+		}
+	}
+	for _, c := range r.Chains {
+		for _, t := range c.Targets {
+			s.targets[t.ID] = t.Node
+		}
+	}
+	s.routing = r
+	s.mVersion.Set(float64(r.Version))
+	s.start = time.Now()
+	s.srv, err = transport.Listen(opts.Listen, transport.Options{Token: opts.Token, Name: opts.Name, Faults: opts.Faults}, s.handle)
+	if err != nil {
+		return nil, err
+	}
+	s.srv.SetLogf(opts.Logf)
+	lctx, cancel := context.WithCancel(context.Background())
+	s.cancel = cancel
+	s.wg.Add(1)
+	go s.loop(lctx)
+	return s, nil
+}
+
+// Addr is the address mgmtd serves on.
+func (s *Server) Addr() string { return s.srv.Addr() }
+
+// Routing returns the published routing (a copy).
+func (s *Server) Routing() *proto.Routing {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.routing.Clone()
+}
+
+// Close stops the server.
+func (s *Server) Close() error {
+	s.cancel()
+	s.wg.Wait()
+	return s.srv.Close()
+}
+
+func (s *Server) persist(ctx context.Context, r *proto.Routing) error {
+	b, err := json.Marshal(r)
+	if err != nil {
+		return err
+	}
+	err = s.opts.Store.Update(ctx, func(tx kv.Txn) error {
+		if s.opts.Fence != nil {
+			if err := s.opts.Fence(ctx, tx); err != nil {
+				return err
+			}
+		}
+		tx.Set(routingKey, b)
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("mgmtd: persist routing v%d: %w", r.Version, err)
+	}
+	return nil
+}
+
+func (s *Server) handle(ctx context.Context, req *transport.Request) (any, [][]byte, error) {
+	switch req.Method {
+	case proto.MHeartbeat:
+		var hb proto.HeartbeatReq
+		if err := req.Decode(&hb); err != nil {
+			return nil, nil, err
+		}
+		return s.heartbeat(ctx, &hb)
+	case proto.MGetRouting:
+		return s.Routing(), nil, nil
+	}
+	return nil, nil, fmt.Errorf("%w: mgmtd has no method %d", proto.ErrBadRequest, req.Method)
+}
+
+func (s *Server) heartbeat(ctx context.Context, hb *proto.HeartbeatReq) (any, [][]byte, error) {
+	s.mHeartbeat.Inc()
+	if hb.Node == 0 || hb.Addr == "" {
+		return nil, nil, fmt.Errorf("%w: heartbeat without node id or address", proto.ErrBadRequest)
+	}
+	s.mu.Lock()
+	n := s.nodes[hb.Node]
+	if n != nil && hb.Version <= n.hbVersion {
+		s.mu.Unlock()
+		return nil, nil, fmt.Errorf("%w: stale heartbeat version %d from node %d (have %d)", proto.ErrBadRequest, hb.Version, hb.Node, n.hbVersion)
+	}
+	for _, t := range hb.Targets {
+		if owner, ok := s.targets[t.ID]; ok && owner != hb.Node {
+			s.mu.Unlock()
+			return nil, nil, fmt.Errorf("%w: target %d reported by node %d belongs to node %d", proto.ErrBadRequest, t.ID, hb.Node, owner)
+		}
+	}
+	if n == nil {
+		n = &nodeState{}
+		s.nodes[hb.Node] = n
+		s.opts.Logf("mgmtd: node %d registered at %s", hb.Node, hb.Addr)
+	}
+	n.hbVersion = hb.Version
+	n.LastHB = time.Now()
+	n.metrics = hb.Metrics
+	n.Targets = map[proto.TargetID]proto.LocalState{}
+	for _, t := range hb.Targets {
+		n.Targets[t.ID] = t.State
+		s.targets[t.ID] = hb.Node
+	}
+	addrChanged := n.Addr != hb.Addr
+	n.Addr = hb.Addr
+	r := s.routing
+	s.mu.Unlock()
+	if addrChanged || r.NodeAddr(hb.Node) != hb.Addr {
+		if err := s.updateNodes(ctx); err != nil {
+			return nil, nil, err
+		}
+	}
+	s.mu.Lock()
+	r = s.routing
+	s.mu.Unlock()
+	if hb.Known == r.Version {
+		return proto.HeartbeatResp{}, nil, nil
+	}
+	return proto.HeartbeatResp{Routing: r}, nil, nil
+}
+
+// updateNodes publishes the node address list (a node registered or moved).
+func (s *Server) updateNodes(ctx context.Context) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	r := s.routing.Clone()
+	r.Nodes = r.Nodes[:0]
+	for id, n := range s.nodes {
+		r.Nodes = append(r.Nodes, proto.Node{ID: id, Addr: n.Addr})
+	}
+	// Keep nodes known from the persisted routing that have not come back.
+	for _, old := range s.routing.Nodes {
+		if _, ok := s.nodes[old.ID]; !ok {
+			r.Nodes = append(r.Nodes, old)
+		}
+	}
+	sortNodes(r.Nodes)
+	r.Version++
+	return s.publishLocked(ctx, r)
+}
+
+// publishLocked persists r and then makes it the published routing.
+func (s *Server) publishLocked(ctx context.Context, r *proto.Routing) error {
+	if err := s.persist(ctx, r); err != nil {
+		return err
+	}
+	s.routing = r
+	s.mChanges.Inc()
+	s.mVersion.Set(float64(r.Version))
+	return nil
+}
+
+func (s *Server) loop(ctx context.Context) {
+	defer s.wg.Done()
+	t := time.NewTicker(s.opts.UpdateInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case now := <-t.C:
+			if err := s.tick(ctx, now); err != nil && ctx.Err() == nil {
+				s.opts.Logf("mgmtd: %v", err)
+			}
+		}
+	}
+}
+
+// tick runs one round of decisions.
+func (s *Server) tick(ctx context.Context, now time.Time) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.routing.Chains) == 0 {
+		return s.maybeBuildLocked(ctx)
+	}
+	if now.Sub(s.start) < s.opts.Freeze {
+		return nil
+	}
+	views := make(map[proto.NodeID]NodeView, len(s.nodes))
+	for id, n := range s.nodes {
+		views[id] = NodeView{Addr: n.Addr, LastHB: n.LastHB, Targets: maps.Clone(n.Targets)}
+	}
+	local := LocalStates(views, now, s.opts.FailTimeout)
+	next, changed := Decide(s.routing, local)
+	if !changed {
+		return nil
+	}
+	for i, c := range next.Chains {
+		if c.Version != s.routing.Chains[i].Version {
+			s.opts.Logf("mgmtd: routing v%d: %s", next.Version, c.String())
+		}
+	}
+	return s.publishLocked(ctx, next)
+}
+
+func (s *Server) maybeBuildLocked(ctx context.Context) error {
+	if s.opts.ExpectTargets <= 0 || len(s.targets) < s.opts.ExpectTargets {
+		return nil
+	}
+	return s.buildLocked(ctx)
+}
+
+// BuildChains builds the chain table from the registered targets now, if
+// none exists yet.
+func (s *Server) BuildChains(ctx context.Context) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.routing.Chains) > 0 {
+		return nil
+	}
+	return s.buildLocked(ctx)
+}
+
+func (s *Server) buildLocked(ctx context.Context) error {
+	chains, err := Placement(s.targets, s.opts.Replicas)
+	if err != nil {
+		return err
+	}
+	if len(chains) == 0 {
+		return fmt.Errorf("mgmtd: no chain could be built from %d targets", len(s.targets))
+	}
+	r := s.routing.Clone()
+	r.Chains = chains
+	r.Version++
+	if err := s.publishLocked(ctx, r); err != nil {
+		return err
+	}
+	for _, c := range chains {
+		s.opts.Logf("mgmtd: created %s", c.String())
+	}
+	return nil
+}
+
+func sortNodes(ns []proto.Node) {
+	for i := 1; i < len(ns); i++ {
+		for j := i; j > 0 && ns[j].ID < ns[j-1].ID; j-- {
+			ns[j], ns[j-1] = ns[j-1], ns[j]
+		}
+	}
+}
