@@ -356,3 +356,9 @@ func (t *txn) Set(key, value []byte) {
 }
 func (t *txn) Delete(key []byte)             { t.buf.Delete(key) }
 func (t *txn) DeleteRange(begin, end []byte) { t.buf.DeleteRange(begin, end) }
+
+func init() {
+	kv.RegisterBackend("mem", func(ctx context.Context, rest string) (kv.Store, error) {
+		return New(Options{}), nil
+	})
+}

@@ -1,0 +1,243 @@
+package etcdkv
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/ffkit/ffkit/fs/kv"
+	"go.etcd.io/etcd/server/v3/embed"
+	"go.uber.org/zap"
+)
+
+// EmbedConfig describes one embedded etcd member.
+type EmbedConfig struct {
+	// Dir holds the member's data; a later start on the same Dir brings
+	// the same data back. Required.
+	Dir string
+	// Name of the member. Default "ffkit".
+	Name string
+	// ClientAddr and PeerAddr are host:port to listen on. Default: a free
+	// port on 127.0.0.1.
+	ClientAddr, PeerAddr string
+	// InitialCluster is "name=http://peer,..." for a multi-member
+	// cluster. Default: this member alone.
+	InitialCluster string
+	// Token tells clusters apart. Default "ffkit".
+	Token string
+	// NoFsync skips fsync (tests of a replicated cluster). Default false.
+	NoFsync bool
+	// TickMs and ElectionMs set raft timing. Defaults 100 and 1000.
+	TickMs, ElectionMs uint
+	// Logger receives etcd's logs. Default: none (etcd is chatty).
+	Logger *zap.Logger
+	// StartTimeout bounds the wait for the member to serve. Default 60s.
+	StartTimeout time.Duration
+}
+
+// Server is a running embedded etcd member.
+type Server struct {
+	e        *embed.Etcd
+	endpoint string
+	name     string
+}
+
+// FreeAddr returns a 127.0.0.1 address with a port that was free a moment ago.
+func FreeAddr() (string, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	defer l.Close()
+	return l.Addr().String(), nil
+}
+
+// StartEmbedded starts an etcd member inside this process and waits until
+// it serves.
+func StartEmbedded(ctx context.Context, c EmbedConfig) (*Server, error) {
+	if c.Dir == "" {
+		return nil, fmt.Errorf("%w: etcdkv: embedded etcd needs a data directory", kv.ErrUnavailable)
+	}
+	if c.Name == "" {
+		c.Name = "ffkit"
+	}
+	if c.Token == "" {
+		c.Token = "ffkit"
+	}
+	if c.StartTimeout <= 0 {
+		c.StartTimeout = 60 * time.Second
+	}
+	if c.Logger == nil {
+		c.Logger = zap.NewNop()
+	}
+	var err error
+	for _, a := range []*string{&c.ClientAddr, &c.PeerAddr} {
+		if *a == "" {
+			if *a, err = FreeAddr(); err != nil {
+				return nil, fmt.Errorf("%w: etcdkv: %v", kv.ErrUnavailable, err)
+			}
+		}
+	}
+	if err := os.MkdirAll(c.Dir, 0o700); err != nil {
+		return nil, fmt.Errorf("etcdkv: %w", err)
+	}
+	cfg := embed.NewConfig()
+	cfg.Name = c.Name
+	cfg.Dir = filepath.Join(c.Dir, "member-data")
+	cu := url.URL{Scheme: "http", Host: c.ClientAddr}
+	pu := url.URL{Scheme: "http", Host: c.PeerAddr}
+	cfg.ListenClientUrls, cfg.AdvertiseClientUrls = []url.URL{cu}, []url.URL{cu}
+	cfg.ListenPeerUrls, cfg.AdvertisePeerUrls = []url.URL{pu}, []url.URL{pu}
+	cfg.InitialCluster = c.InitialCluster
+	if cfg.InitialCluster == "" {
+		cfg.InitialCluster = c.Name + "=" + pu.String()
+	}
+	cfg.InitialClusterToken = c.Token
+	cfg.ClusterState = embed.ClusterStateFlagNew
+	cfg.UnsafeNoFsync = c.NoFsync
+	if c.TickMs > 0 {
+		cfg.TickMs = c.TickMs
+	}
+	if c.ElectionMs > 0 {
+		cfg.ElectionMs = c.ElectionMs
+	}
+	// Metadata transactions read and compare many keys: lift etcd's
+	// default of 128 operations and 1.5 MiB per request.
+	cfg.MaxTxnOps = 1 << 16
+	cfg.MaxRequestBytes = 8 << 20
+	cfg.AutoCompactionMode = "periodic"
+	cfg.AutoCompactionRetention = "10m"
+	cfg.Logger = "zap"
+	cfg.LogLevel = "error"
+	cfg.ZapLoggerBuilder = embed.NewZapLoggerBuilder(c.Logger)
+	cfg.ListenMetricsUrls = nil
+	e, err := embed.StartEtcd(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("%w: etcdkv: start embedded etcd in %s: %v", kv.ErrUnavailable, c.Dir, err)
+	}
+	timer := time.NewTimer(c.StartTimeout)
+	defer timer.Stop()
+	select {
+	case <-e.Server.ReadyNotify():
+	case err := <-e.Err():
+		e.Close()
+		return nil, fmt.Errorf("%w: etcdkv: embedded etcd in %s: %v", kv.ErrUnavailable, c.Dir, err)
+	case <-timer.C:
+		e.Server.Stop()
+		e.Close()
+		return nil, fmt.Errorf("%w: etcdkv: embedded etcd in %s not ready after %v", kv.ErrUnavailable, c.Dir, c.StartTimeout)
+	case <-ctx.Done():
+		e.Server.Stop()
+		e.Close()
+		return nil, ctx.Err()
+	}
+	return &Server{e: e, endpoint: c.ClientAddr, name: c.Name}, nil
+}
+
+// Endpoint is the member's client address (host:port).
+func (s *Server) Endpoint() string { return s.endpoint }
+
+// Close stops the member.
+func (s *Server) Close() { s.e.Close() }
+
+// OpenEmbedded starts a single-member etcd with its data in dir and
+// returns a Store on it that owns the server: Close stops both. clientAddr
+// may be "" for a free port; other processes reach the same store through
+// Endpoint.
+func OpenEmbedded(ctx context.Context, dir, clientAddr string, opts Options) (*Store, *Server, error) {
+	srv, err := StartEmbedded(ctx, EmbedConfig{Dir: dir, ClientAddr: clientAddr})
+	if err != nil {
+		return nil, nil, err
+	}
+	s, err := Open(ctx, []string{srv.Endpoint()}, opts)
+	if err != nil {
+		srv.Close()
+		return nil, nil, err
+	}
+	s.onClose = srv.Close
+	return s, srv, nil
+}
+
+// Cluster is a multi-member etcd cluster of embedded members on loopback,
+// for tests and local experiments.
+type Cluster struct {
+	Members []*Server
+	configs []EmbedConfig
+}
+
+// StartCluster starts n members with their data under dir and waits until
+// all serve.
+func StartCluster(ctx context.Context, dir string, n int) (*Cluster, error) {
+	cl := &Cluster{}
+	var peers []string
+	for i := 0; i < n; i++ {
+		ca, err := FreeAddr()
+		if err != nil {
+			return nil, err
+		}
+		pa, err := FreeAddr()
+		if err != nil {
+			return nil, err
+		}
+		c := EmbedConfig{Dir: filepath.Join(dir, fmt.Sprintf("m%d", i)), Name: fmt.Sprintf("m%d", i),
+			ClientAddr: ca, PeerAddr: pa, Token: "ffkit-test", NoFsync: true, TickMs: 50, ElectionMs: 500}
+		cl.configs = append(cl.configs, c)
+		peers = append(peers, c.Name+"=http://"+pa)
+	}
+	type res struct {
+		i   int
+		s   *Server
+		err error
+	}
+	ch := make(chan res, n)
+	for i := range cl.configs {
+		cl.configs[i].InitialCluster = strings.Join(peers, ",")
+		go func(i int) {
+			s, err := StartEmbedded(ctx, cl.configs[i])
+			ch <- res{i, s, err}
+		}(i)
+	}
+	cl.Members = make([]*Server, n)
+	var first error
+	for i := 0; i < n; i++ {
+		r := <-ch
+		cl.Members[r.i] = r.s
+		if r.err != nil && first == nil {
+			first = r.err
+		}
+	}
+	if first != nil {
+		cl.Close()
+		return nil, first
+	}
+	return cl, nil
+}
+
+// Endpoints lists the members' client addresses.
+func (c *Cluster) Endpoints() []string {
+	var eps []string
+	for _, m := range c.configs {
+		eps = append(eps, m.ClientAddr)
+	}
+	return eps
+}
+
+// StopMember stops member i (a crash, as far as the others can tell).
+func (c *Cluster) StopMember(i int) {
+	if m := c.Members[i]; m != nil {
+		m.Close()
+		c.Members[i] = nil
+	}
+}
+
+// Close stops every member.
+func (c *Cluster) Close() {
+	for i := range c.Members {
+		c.StopMember(i)
+	}
+}

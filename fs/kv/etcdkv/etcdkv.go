@@ -1,0 +1,393 @@
+// Package etcdkv is the etcd backend of the kv contract, and the embedded
+// single-member etcd that `ffkit fs up` uses as the default store (no
+// setup). The same Store code talks to an embedded member and to a real
+// multi-member cluster.
+//
+// Transactions are optimistic, built from etcd's multi-version store:
+//   - the first read of a transaction fixes its read revision; every later
+//     read is a linearizable Get at that revision, so a transaction reads
+//     one consistent snapshot;
+//   - writes are buffered (read-your-writes overlay) and sent at commit as
+//     one etcd Txn;
+//   - conflict detection is the Txn's compare list: each key read with Get
+//     must still have the mod revision it had (0 if it was absent: a key
+//     created since fails, one deleted since fails); each range read with
+//     Range must hold no key modified after the read revision (catches
+//     inserts and updates) and every key it returned must still have its
+//     mod revision (catches deletes). A failed compare makes Update retry
+//     fn from scratch.
+//
+// Read revisions that etcd has compacted away are retried like conflicts.
+// A Store is safe for concurrent use; a transaction belongs to the one
+// goroutine running the closure.
+package etcdkv
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"time"
+
+	"github.com/ffkit/ffkit/fs/kv"
+	"github.com/ffkit/ffkit/fs/kv/internal/wbuf"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.etcd.io/etcd/client/v3/namespace"
+	"go.uber.org/zap"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+// Options tune a Store.
+type Options struct {
+	// Prefix namespaces every key (several clusters may share one etcd).
+	// Default "ffkit/".
+	Prefix string
+	// MaxRetries bounds Update's retries on conflict. Default 100.
+	MaxRetries int
+	// DialTimeout bounds connecting. Default 5s.
+	DialTimeout time.Duration
+	// Logger receives the client's logs. Default: none.
+	Logger *zap.Logger
+}
+
+// Validate fills defaults and rejects nonsense.
+func (o *Options) Validate() error {
+	if o.Prefix == "" {
+		o.Prefix = "ffkit/"
+	}
+	if o.MaxRetries <= 0 {
+		o.MaxRetries = 100
+	}
+	if o.DialTimeout <= 0 {
+		o.DialTimeout = 5 * time.Second
+	}
+	if o.Logger == nil {
+		o.Logger = zap.NewNop()
+	}
+	return nil
+}
+
+// Store is a kv.Store on etcd.
+type Store struct {
+	opts    Options
+	client  *clientv3.Client
+	kv      clientv3.KV
+	onClose func() // stops an owned embedded server; may be nil
+}
+
+var _ kv.Store = (*Store)(nil)
+
+// Open connects to the etcd cluster at endpoints ("host:port").
+func Open(ctx context.Context, endpoints []string, opts Options) (*Store, error) {
+	if err := opts.Validate(); err != nil {
+		return nil, err
+	}
+	if len(endpoints) == 0 {
+		return nil, fmt.Errorf("%w: etcdkv: no endpoints", kv.ErrUnavailable)
+	}
+	c, err := clientv3.New(clientv3.Config{
+		Endpoints:          endpoints,
+		DialTimeout:        opts.DialTimeout,
+		Logger:             opts.Logger,
+		Context:            context.WithoutCancel(ctx),
+		MaxCallSendMsgSize: 32 << 20,
+		MaxCallRecvMsgSize: 256 << 20,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("%w: etcdkv: connect to %v: %v", kv.ErrUnavailable, endpoints, err)
+	}
+	// Fail now rather than on first use when nothing answers.
+	sctx, cancel := context.WithTimeout(ctx, opts.DialTimeout)
+	defer cancel()
+	if _, err := c.Get(sctx, "\x00health"); err != nil {
+		c.Close()
+		return nil, fmt.Errorf("%w: etcdkv: %v: %v", kv.ErrUnavailable, endpoints, err)
+	}
+	return &Store{opts: opts, client: c, kv: namespace.NewKV(c.KV, opts.Prefix)}, nil
+}
+
+// Client is the underlying etcd client (for tests and tools).
+func (s *Store) Client() *clientv3.Client { return s.client }
+
+// Close closes the client and, for a store opened with OpenEmbedded, stops
+// the embedded server.
+func (s *Store) Close() error {
+	err := s.client.Close()
+	if s.onClose != nil {
+		s.onClose()
+	}
+	return err
+}
+
+// View runs fn on a snapshot.
+func (s *Store) View(ctx context.Context, fn func(tx kv.ReadTxn) error) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	for attempt := 0; ; attempt++ {
+		t := &txn{s: s, readOnly: true}
+		err := fn(t)
+		if !errors.Is(err, errRetry) || attempt+1 >= s.opts.MaxRetries {
+			return unretry(err)
+		}
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+	}
+}
+
+// Update runs fn in a transaction and commits it, retrying on conflict.
+func (s *Store) Update(ctx context.Context, fn func(tx kv.Txn) error) error {
+	backoff := time.Millisecond
+	for attempt := 0; ; attempt++ {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		t := &txn{s: s}
+		err := fn(t)
+		if err == nil {
+			err = t.commit(ctx)
+		}
+		if !errors.Is(err, errRetry) {
+			return err
+		}
+		if attempt+1 >= s.opts.MaxRetries {
+			return fmt.Errorf("%w: etcdkv: gave up after %d attempts", kv.ErrConflict, attempt+1)
+		}
+		d := backoff/2 + rand.N(backoff)
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(d):
+		}
+		if backoff < 50*time.Millisecond {
+			backoff *= 2
+		}
+	}
+}
+
+// errRetry marks a transaction to run again (conflict, compacted revision).
+var errRetry = errors.New("etcdkv: conflict (retried)")
+
+func unretry(err error) error {
+	if errors.Is(err, errRetry) {
+		return fmt.Errorf("%w: etcdkv: snapshot compacted repeatedly", kv.ErrConflict)
+	}
+	return err
+}
+
+// mapErr turns etcd and gRPC errors into the contract's.
+func mapErr(ctx context.Context, op string, err error) error {
+	if err == nil {
+		return nil
+	}
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	switch {
+	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		return err
+	case errors.Is(err, rpctypes.ErrCompacted):
+		return errRetry
+	case errors.Is(err, rpctypes.ErrRequestTooLarge), errors.Is(err, rpctypes.ErrTooManyOps):
+		return fmt.Errorf("%w: etcdkv: %s: %v", kv.ErrTooLarge, op, err)
+	}
+	if st, ok := status.FromError(err); ok && st.Code() == codes.ResourceExhausted {
+		return fmt.Errorf("%w: etcdkv: %s: %v", kv.ErrTooLarge, op, err)
+	}
+	return fmt.Errorf("%w: etcdkv: %s: %v", kv.ErrUnavailable, op, err)
+}
+
+type txn struct {
+	s        *Store
+	readOnly bool
+	rev      int64 // read revision; 0 until the first read
+	buf      wbuf.Buffer
+	// cmpKeys: mod revision each conflict-checked key had at rev (0: absent).
+	cmpKeys map[string]int64
+	// cmpRanges: ranges read with Range; no key in them may change after rev.
+	cmpRanges []wbuf.Range
+}
+
+func (t *txn) get(ctx context.Context, key []byte, conflict bool) ([]byte, bool, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, false, err
+	}
+	if v, ok, found := t.buf.Lookup(key); found {
+		return v, ok, nil
+	}
+	var opts []clientv3.OpOption
+	if t.rev != 0 {
+		opts = append(opts, clientv3.WithRev(t.rev))
+	}
+	resp, err := t.s.kv.Get(ctx, string(key), opts...)
+	if err != nil {
+		return nil, false, mapErr(ctx, "get", err)
+	}
+	if t.rev == 0 {
+		t.rev = resp.Header.Revision
+	}
+	var val []byte
+	var mod int64
+	ok := len(resp.Kvs) > 0
+	if ok {
+		val, mod = resp.Kvs[0].Value, resp.Kvs[0].ModRevision
+		if val == nil {
+			val = []byte{}
+		}
+	}
+	if conflict && !t.readOnly {
+		t.noteKey(string(key), mod)
+	}
+	return val, ok, nil
+}
+
+func (t *txn) noteKey(k string, mod int64) {
+	if t.cmpKeys == nil {
+		t.cmpKeys = map[string]int64{}
+	}
+	if _, seen := t.cmpKeys[k]; !seen {
+		t.cmpKeys[k] = mod
+	}
+}
+
+// endKey converts an exclusive end (nil: unbounded) to etcd's form.
+func endKey(end []byte) string {
+	if end == nil {
+		return "\x00"
+	}
+	return string(end)
+}
+
+func (t *txn) rangeRead(ctx context.Context, begin, end []byte, limit int, conflict bool) ([]kv.KeyValue, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	if end != nil && string(end) <= string(begin) {
+		return nil, nil
+	}
+	storeLimit := limit
+	if t.buf.Touches(begin, end) {
+		storeLimit = 0
+	}
+	opts := []clientv3.OpOption{clientv3.WithRange(endKey(end))}
+	if storeLimit > 0 {
+		opts = append(opts, clientv3.WithLimit(int64(storeLimit)))
+	}
+	if t.rev != 0 {
+		opts = append(opts, clientv3.WithRev(t.rev))
+	}
+	resp, err := t.s.kv.Get(ctx, string(begin), opts...)
+	if err != nil {
+		return nil, mapErr(ctx, "range", err)
+	}
+	if t.rev == 0 {
+		t.rev = resp.Header.Revision
+	}
+	store := make([]kv.KeyValue, len(resp.Kvs))
+	for i, p := range resp.Kvs {
+		v := p.Value
+		if v == nil {
+			v = []byte{}
+		}
+		store[i] = kv.KeyValue{Key: p.Key, Value: v}
+	}
+	out := t.buf.Overlay(store, begin, end, limit)
+	if conflict && !t.readOnly {
+		r := wbuf.Range{Begin: append([]byte(nil), begin...), End: end}
+		if limit > 0 && len(out) == limit {
+			r.End = append(append([]byte(nil), out[len(out)-1].Key...), 0)
+		}
+		t.cmpRanges = append(t.cmpRanges, r)
+		for _, p := range resp.Kvs {
+			if r.Contains(p.Key) {
+				t.noteKey(string(p.Key), p.ModRevision)
+			}
+		}
+	}
+	return out, nil
+}
+
+func (t *txn) commit(ctx context.Context) error {
+	if t.buf.Empty() {
+		return nil
+	}
+	cmps := make([]clientv3.Cmp, 0, len(t.cmpKeys)+len(t.cmpRanges))
+	for k, mod := range t.cmpKeys {
+		cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(k), "=", mod))
+	}
+	for _, r := range t.cmpRanges {
+		cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(string(r.Begin)).WithRange(endKey(r.End)), "<", t.rev+1))
+	}
+	ranges, keys, ops := t.buf.Normalized()
+	writes := make([]clientv3.Op, 0, len(ranges)+len(keys))
+	for _, r := range ranges {
+		writes = append(writes, clientv3.OpDelete(string(r.Begin), clientv3.WithRange(endKey(r.End))))
+	}
+	for i, k := range keys {
+		if ops[i].Delete {
+			writes = append(writes, clientv3.OpDelete(k))
+		} else {
+			writes = append(writes, clientv3.OpPut(k, string(ops[i].Value)))
+		}
+	}
+	resp, err := t.s.kv.Txn(ctx).If(cmps...).Then(writes...).Commit()
+	if err != nil {
+		return mapErr(ctx, "commit", err)
+	}
+	if !resp.Succeeded {
+		return errRetry
+	}
+	return nil
+}
+
+func (t *txn) Get(ctx context.Context, key []byte) ([]byte, bool, error) {
+	return t.get(ctx, key, true)
+}
+func (t *txn) SnapshotGet(ctx context.Context, key []byte) ([]byte, bool, error) {
+	return t.get(ctx, key, false)
+}
+func (t *txn) Range(ctx context.Context, begin, end []byte, limit int) ([]kv.KeyValue, error) {
+	return t.rangeRead(ctx, begin, end, limit, true)
+}
+func (t *txn) SnapshotRange(ctx context.Context, begin, end []byte, limit int) ([]kv.KeyValue, error) {
+	return t.rangeRead(ctx, begin, end, limit, false)
+}
+func (t *txn) Set(key, value []byte)         { t.buf.Set(key, value) }
+func (t *txn) Delete(key []byte)             { t.buf.Delete(key) }
+func (t *txn) DeleteRange(begin, end []byte) { t.buf.DeleteRange(begin, end) }
+
+// ParseSpec splits "//h1:p1,h2:p2/prefix/" (the part after "etcd:") into
+// endpoints and a key prefix (default "ffkit/").
+func ParseSpec(rest string) (endpoints []string, prefix string, err error) {
+	s, ok := strings.CutPrefix(rest, "//")
+	if !ok {
+		return nil, "", fmt.Errorf("%w: etcd:%s: want etcd://HOST:PORT[,HOST:PORT...][/PREFIX]", kv.ErrBadSpec, rest)
+	}
+	hosts, p, _ := strings.Cut(s, "/")
+	for _, h := range strings.Split(hosts, ",") {
+		if h = strings.TrimSpace(h); h != "" {
+			endpoints = append(endpoints, h)
+		}
+	}
+	if len(endpoints) == 0 {
+		return nil, "", fmt.Errorf("%w: etcd:%s: no HOST:PORT", kv.ErrBadSpec, rest)
+	}
+	if p != "" && !strings.HasSuffix(p, "/") {
+		p += "/"
+	}
+	return endpoints, p, nil
+}
+
+func init() {
+	kv.RegisterBackend("etcd", func(ctx context.Context, rest string) (kv.Store, error) {
+		eps, prefix, err := ParseSpec(rest)
+		if err != nil {
+			return nil, err
+		}
+		return Open(ctx, eps, Options{Prefix: prefix})
+	})
+}
