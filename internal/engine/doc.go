@@ -1,0 +1,54 @@
+// Package engine is the Go I/O engine that serves the Python package ffkit.
+//
+// The Go runtime does not survive fork(), and PyTorch forks its DataLoader
+// workers, so Go never runs inside a Python process. Instead Python starts
+// `ffkit engine` (a hidden subcommand of the bundled binary) as a helper
+// process and talks to it over Unix stream sockets. Sample bytes never cross
+// the socket: the engine writes them into shared memory (memfd segments whose
+// descriptors it passes with SCM_RIGHTS), and numpy views that memory without
+// copying. A Python process that finds itself forked starts its own helper.
+//
+// # Connections
+//
+// The helper is started with one socket, the control connection, on a file
+// descriptor named by --fd. The helper lives exactly as long as the control
+// connection: when Python closes it or dies, the helper exits. Python adds
+// request connections by sending one end of a new socket pair in a "connect"
+// request; each connection is served by its own goroutine, so several Python
+// threads can have requests in flight at once. Handles (open readers,
+// writers, loaders) belong to the helper, not to a connection, and may be
+// used from any connection. Closing a request connection while a request is
+// running cancels that request (this is how Ctrl-C in Python interrupts a
+// long read).
+//
+// # Frames
+//
+// Every request and every response is one frame:
+//
+//	+----------------+----------------+-----------------+------------------+
+//	| u32 header len | u32 body len   | header (JSON)   | body (raw bytes) |
+//	+----------------+----------------+-----------------+------------------+
+//	  little-endian    little-endian
+//
+// The header of a request names the operation ({"op": "ffr_read", ...}); the
+// body carries bulk arguments (int64 sample indices, bytes to write). A
+// response header is {"ok": true, ...} or {"error": "message", "kind":
+// "data"|"usage"|"unavailable"|"other", "code": "checksum"|...}; its body
+// carries bulk results (int64 offsets into shared memory). File descriptors
+// travel as SCM_RIGHTS ancillary data on the frame's first bytes.
+//
+// # Shared memory ownership
+//
+// A one-shot segment (ffr_read) is a fresh memfd per response: the engine
+// fills it, unmaps it and closes its descriptor after sending it, so the
+// memory belongs to Python alone and lives as long as Python maps it; nothing
+// ever reuses it, which keeps arrays valid in forked children too.
+//
+// A loader's ring is one memfd of fixed slots shared for the loader's life.
+// A slot is lent to Python with each batch and returns to the engine when
+// Python lists it in the "release" field of a later request; until then the
+// engine never writes it.
+//
+// Concurrency: Server is safe for concurrent connections; each handle
+// serialises its own state with a mutex.
+package engine

@@ -1,0 +1,348 @@
+"""The channel to ffkit's Go I/O engine.
+
+The Go runtime does not survive fork(), and PyTorch forks DataLoader workers,
+so Go never runs inside Python. Each Python process starts the bundled binary
+(``ffkit/_bin/ffkit engine``) as a helper process the first time it needs it
+and talks to it over Unix sockets; sample bytes land in shared memory (memfd)
+that numpy views without copying. A process that finds itself forked (its pid
+changed) drops the channel it inherited and starts its own helper; objects
+that hold engine handles (readers, loaders) reopen them there transparently.
+
+Threads: each request takes an idle connection from a pool (opening a new one
+if none is idle), so threads do not wait for each other and the GIL is
+released while a request blocks in the socket.
+
+Ctrl-C: a KeyboardInterrupt raised while a request waits closes that
+request's connection; the engine sees the close and cancels the request.
+"""
+import atexit
+import json
+import mmap
+import os
+import socket
+import struct
+import subprocess
+import threading
+
+import numpy as np
+
+from . import errors
+
+PROTOCOL_VERSION = 1
+_BIN = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_bin", "ffkit")
+_PRE = struct.Struct("<II")
+_MAX_FDS = 4
+_POPULATE = getattr(mmap, "MAP_POPULATE", 0)
+
+
+def binary_path():
+    """The bundled engine binary (never looked up on PATH)."""
+    if not os.path.isfile(_BIN):
+        raise errors.EngineError(
+            f"ffkit: the bundled engine binary is missing ({_BIN}); "
+            "reinstall the package with `pip install ./python` from an ffkit checkout"
+        )
+    if not os.access(_BIN, os.X_OK):
+        try:
+            os.chmod(_BIN, 0o755)
+        except OSError as e:
+            raise errors.EngineError(f"ffkit: the engine binary {_BIN} is not executable: {e}") from None
+    return _BIN
+
+
+class Reply:
+    __slots__ = ("header", "body", "fds")
+
+    def __init__(self, header, body, fds):
+        self.header = header
+        self.body = body
+        self.fds = fds
+
+    def close_fds(self):
+        for fd in self.fds:
+            os.close(fd)
+        self.fds = []
+
+
+def _recv_exact_into(sock, view):
+    got = 0
+    n = len(view)
+    while got < n:
+        k = sock.recv_into(view[got:])
+        if k == 0:
+            raise errors.EngineError("ffkit: the engine closed the connection mid-reply")
+        got += k
+
+
+def roundtrip(sock, header, body=b"", fds=()):
+    """Sends one request frame and returns the reply (raising its error)."""
+    h = json.dumps(header, separators=(",", ":")).encode()
+    blen = len(body) if not isinstance(body, memoryview) else body.nbytes
+    msg = _PRE.pack(len(h), blen) + h
+    if blen and blen <= 65536:
+        msg += bytes(body)
+        blen = 0
+    if fds:
+        sent = socket.send_fds(sock, [msg], list(fds))
+        if sent < len(msg):
+            sock.sendall(msg[sent:])
+    else:
+        sock.sendall(msg)
+    if blen:
+        sock.sendall(body)
+    data, rfds, _, _ = socket.recv_fds(sock, 65536, _MAX_FDS)
+    try:
+        if not data:
+            raise errors.EngineError("ffkit: the engine closed the connection (did the helper process die?)")
+        if len(data) < 8:
+            data += _recv_exact(sock, 8 - len(data))
+        hl, bl = _PRE.unpack_from(data)
+        total = 8 + hl + bl
+        if len(data) < total:
+            buf = bytearray(total)
+            buf[: len(data)] = data
+            _recv_exact_into(sock, memoryview(buf)[len(data):])
+            data = buf
+        hdr = json.loads(bytes(data[8 : 8 + hl]))
+        rbody = memoryview(data)[8 + hl : total]
+    except BaseException:
+        for fd in rfds:
+            os.close(fd)
+        raise
+    rep = Reply(hdr, rbody, list(rfds))
+    if "error" in hdr:
+        rep.close_fds()
+        raise errors.from_reply(hdr)
+    return rep
+
+
+def _recv_exact(sock, n):
+    buf = bytearray(n)
+    _recv_exact_into(sock, memoryview(buf))
+    return bytes(buf)
+
+
+class Engine:
+    """One helper process and the connections to it, owned by one pid."""
+
+    def __init__(self):
+        self.pid = os.getpid()
+        self.dead = False
+        self._idle = []  # idle request connections (list ops are atomic)
+        self._ctl_lock = threading.Lock()
+        ctl, remote = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            self.proc = subprocess.Popen(
+                [binary_path(), "engine", "--fd", str(remote.fileno())],
+                pass_fds=(remote.fileno(),),
+                stdin=subprocess.DEVNULL,
+                # Its own session: a terminal's Ctrl-C reaches Python only;
+                # the helper ends when the control socket closes.
+                start_new_session=True,
+            )
+        except BaseException:
+            ctl.close()
+            raise
+        finally:
+            remote.close()
+        self._ctl = ctl
+        try:
+            with self._ctl_lock:
+                rep = roundtrip(ctl, {"op": "hello"})
+        except BaseException:
+            self.shutdown()
+            raise
+        if rep.header.get("version") != PROTOCOL_VERSION:
+            self.shutdown()
+            raise errors.EngineError(
+                f"ffkit: engine protocol {rep.header.get('version')}, this package speaks {PROTOCOL_VERSION}"
+            )
+        self.helper_pid = rep.header.get("pid")
+
+    def _connection(self):
+        try:
+            return self._idle.pop()
+        except IndexError:
+            pass
+        a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            with self._ctl_lock:
+                try:
+                    roundtrip(self._ctl, {"op": "connect"}, fds=[b.fileno()])
+                except errors.FFKitError:
+                    raise
+                except BaseException:
+                    # The control stream may be out of step: start afresh.
+                    self.shutdown()
+                    raise
+        except BaseException:
+            a.close()
+            raise
+        finally:
+            b.close()
+        return a
+
+    def call(self, header, body=b"", fds=()):
+        if self.dead:
+            raise errors.EngineError("ffkit: engine is shut down")
+        sock = self._connection()
+        try:
+            rep = roundtrip(sock, header, body, fds)
+        except errors.FFKitError as e:
+            if isinstance(e, errors.EngineError):
+                sock.close()
+                self._check_alive()
+            else:
+                self._idle.append(sock)  # a clean error reply: the stream is in step
+            raise
+        except BaseException:
+            # Interrupted mid-request (Ctrl-C) or a broken stream: closing the
+            # connection cancels the request in the engine.
+            sock.close()
+            raise
+        self._idle.append(sock)
+        return rep
+
+    def _check_alive(self):
+        if self.proc is not None and self.proc.poll() is not None:
+            self.dead = True
+
+    def shutdown(self):
+        """Closes every connection; the helper exits when the control one closes."""
+        self.dead = True
+        idle, self._idle = self._idle, []
+        for s in idle:
+            s.close()
+        ctl = getattr(self, "_ctl", None)
+        if ctl is not None:
+            ctl.close()
+        proc = getattr(self, "proc", None)
+        if proc is not None and self.pid == os.getpid():
+            try:
+                proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+    def forget(self):
+        """In a forked child: drop inherited descriptors without a word to the
+        parent's helper (it still serves the parent)."""
+        self.dead = True
+        for s in self._idle:
+            s.close()
+        self._idle = []
+        self._ctl.close()
+        self.proc = None
+
+
+_lock = threading.Lock()
+_current = None
+
+
+def get():
+    """The engine of this process, started on first use and after a fork."""
+    global _current
+    e = _current
+    if e is not None and not e.dead and e.pid == os.getpid():
+        return e
+    with _lock:
+        e = _current
+        if e is None or e.dead or e.pid != os.getpid():
+            e = Engine()
+            _current = e
+        return e
+
+
+def _after_fork_in_child():
+    global _current, _lock
+    _lock = threading.Lock()
+    e = _current
+    _current = None
+    if e is not None:
+        try:
+            e.forget()
+        except Exception:
+            pass
+
+
+def _at_exit():
+    e = _current
+    if e is not None and e.pid == os.getpid():
+        e.shutdown()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
+atexit.register(_at_exit)
+
+
+def map_segment(fd, size):
+    """Maps a shared-memory segment the engine filled; closes fd. The returned
+    array owns the mapping: it is unmapped when the last view of it dies."""
+    try:
+        mm = mmap.mmap(fd, size, flags=mmap.MAP_SHARED | _POPULATE, prot=mmap.PROT_READ | mmap.PROT_WRITE)
+    finally:
+        os.close(fd)
+    return np.frombuffer(mm, dtype=np.uint8)
+
+
+def offsets(body):
+    return np.frombuffer(body, dtype="<i8")
+
+
+def split(rep):
+    """Turns a batch reply (one segment + a [start, end) pair per sample)
+    into one uint8 view per sample."""
+    pos = offsets(rep.body).tolist()
+    n = len(pos) // 2
+    if not rep.fds:
+        return [np.empty(0, dtype=np.uint8) for _ in range(n)]
+    buf = map_segment(rep.fds[0], rep.header["size"])
+    rep.fds = []
+    return [buf[pos[2 * i] : pos[2 * i + 1]] for i in range(n)]
+
+
+class Handle:
+    """Something open in the engine, reopened transparently in a new helper
+    (after a fork, or when the helper had to be restarted)."""
+
+    _open_header = None
+
+    def __init__(self):
+        self._eng = None
+        self._hid = None
+        self._closed = False
+
+    def _opened(self, rep):
+        """Hook: called with the open reply."""
+
+    def _ensure(self):
+        if self._closed:
+            raise ValueError(f"{type(self).__name__} is closed")
+        e = get()
+        if self._eng is not e:
+            rep = e.call(self._open_header)
+            self._eng, self._hid = e, rep.header["handle"]
+            self._opened(rep)
+        return e, self._hid
+
+    def _call(self, header, body=b"", fds=()):
+        e, hid = self._ensure()
+        header["handle"] = hid
+        try:
+            return e.call(header, body, fds)
+        except errors.EngineError:
+            if e.dead:
+                # The helper died: one retry in a fresh one.
+                e2, hid = self._ensure()
+                header["handle"] = hid
+                return e2.call(header, body, fds)
+            raise
+
+    def _close_handle(self):
+        e, hid = self._eng, self._hid
+        self._eng = self._hid = None
+        if e is not None and not e.dead and e.pid == os.getpid():
+            try:
+                e.call({"op": "close", "handle": hid})
+            except Exception:
+                pass
