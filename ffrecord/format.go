@@ -143,6 +143,14 @@ func readHeader(ctx context.Context, f fs.File, path string) (*header, error) {
 	}
 	h.n = n
 	hl := h.hdrLen()
+	if hl <= int64(len(first)) && h.stored != 0 {
+		// The whole header is at hand: check its checksum first, the most
+		// precise diagnosis of a damaged header.
+		if c := crc32.Checksum(first[4:hl], crcTable); c != h.stored {
+			return nil, fmt.Errorf("%s: header checksum mismatch over bytes [4, %d): stored %08x, computed %08x (a header byte is damaged): %w",
+				path, hl, h.stored, c, ErrChecksum)
+		}
+	}
 	if n > 0 {
 		// Cheap plausibility check before allocating 12n bytes: the first
 		// offset must point behind the header and inside the file.
