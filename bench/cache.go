@@ -60,12 +60,13 @@ func EvictFile(path string) error {
 	return nil
 }
 
-// MakeCold prepares a read measurement. With direct (the reads will use
+// MakeCold prepares a read measurement. It first evicts the given local
+// files from the page cache (fadvise DONTNEED: targeted, and it does not
+// disturb other work on the machine); only if that is impossible does it
+// drop the whole page cache (root only). With direct (the reads will use
 // O_DIRECT) the files are still evicted so no dirty pages interfere.
-// Otherwise it drops the page cache when allowed, or else evicts the given
-// local files. remote says the files live on a remote FS. It returns the
-// state to print; an error is returned only if nothing worked and the
-// caller asked for cold reads, and even then the state is CacheWarm.
+// remote says the files live on a remote FS. It returns the state to
+// print; the error says why the reads may still be warm.
 func MakeCold(direct, remote bool, localFiles ...string) (CacheState, error) {
 	if remote {
 		if direct {
@@ -82,14 +83,13 @@ func MakeCold(direct, remote bool, localFiles ...string) (CacheState, error) {
 	if direct {
 		return CacheDirect, nil
 	}
-	if err := DropCaches(); err == nil {
-		return CacheDropped, nil
-	}
 	if evictErr == nil && len(localFiles) > 0 {
 		return CacheEvicted, nil
 	}
-	if evictErr != nil {
-		return CacheWarm, evictErr
+	if err := DropCaches(); err == nil {
+		return CacheDropped, nil
+	} else if evictErr == nil {
+		evictErr = err
 	}
-	return CacheWarm, nil
+	return CacheWarm, evictErr
 }

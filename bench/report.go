@@ -86,7 +86,7 @@ h1{font-size:1.6em;margin-bottom:.2em}h2{font-size:1.25em;margin-top:2em;border-
 .meta{color:#666;font-size:.9em;margin:.1em 0;font-family:ui-monospace,monospace}
 table{border-collapse:collapse;margin:1em 0;font-size:.9em}th,td{padding:.25em .7em;border-bottom:1px solid #e4e4e4;text-align:right;white-space:nowrap}
 th{background:#f5f5f5}td.t,th.t{text-align:left}caption{text-align:left;font-weight:600;padding:.3em 0}
-.notes{color:#555;font-size:.85em}figure{margin:1em 0}svg.chart{background:#fff;border:1px solid #eee}
+.notes{color:#555;font-size:.85em}figure{margin:1em 0}svg.chart{background:#fff;border:1px solid #eee;max-width:100%;height:auto}
 svg.chart text{font-family:system-ui,Helvetica,Arial,sans-serif;fill:#333}`
 
 // reportScript only inspects the page: it counts the charts that have a

@@ -34,6 +34,10 @@ type Options struct {
 	Warmup time.Duration
 	// WarmupCount runs at least this many ops per worker before measuring.
 	WarmupCount int64
+	// Finish, if set, runs on each worker after its last measured op and
+	// counts in its measured span (a writer's flush and fsync belong to
+	// the cost of writing). Its time is not an op latency.
+	Finish func(ctx context.Context, worker int) error
 }
 
 // Validate checks the options.
@@ -175,6 +179,12 @@ func Run(ctx context.Context, opts Options, op Op) (*Result, error) {
 				ops++
 				seq++
 				end = t1
+			}
+			if opts.Finish != nil {
+				if err := opts.Finish(gctx, w); err != nil {
+					return fmt.Errorf("finish worker %d: %w", w, err)
+				}
+				end = clk.Now()
 			}
 			spans[w] = Span{Start: start, End: end, Bytes: bytes, Ops: ops}
 			lats[w] = lat

@@ -1,0 +1,164 @@
+package main
+
+// Shared plumbing of the storage benchmarks (bench sweep, checkpoint,
+// model-load, parallel-write): common flags, fio beside ours, output as a
+// table, JSON and an HTML report. The measuring itself is package bench.
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/ffkit/ffkit/bench"
+)
+
+// storageFlags are the flags every storage benchmark shares.
+type storageFlags struct {
+	report   string
+	keep     bool
+	runs     int
+	direct   bool
+	fio      bool
+	duration time.Duration
+	warmup   time.Duration
+}
+
+func (f *storageFlags) add(c *cobra.Command, runs int, timed bool) {
+	fl := c.Flags()
+	fl.StringVar(&f.report, "report", "", "also write a self-contained HTML page with charts to `FILE.html`")
+	fl.BoolVar(&f.keep, "keep", false, "keep the benchmark's files (default: remove them)")
+	fl.IntVar(&f.runs, "runs", runs, "repeat each measurement this many times and show the spread")
+	fl.BoolVar(&f.direct, "direct", false, "bypass the page cache (O_DIRECT reads; fio runs with --direct=1)")
+	fl.BoolVar(&f.fio, "fio", true, "run fio on the same rows for comparison when fio is installed and the path is local")
+	if timed {
+		fl.DurationVar(&f.duration, "duration", 500*time.Millisecond, "measured time of each run")
+		fl.DurationVar(&f.warmup, "warmup", 100*time.Millisecond, "warm-up before each run, excluded from the figures")
+	}
+}
+
+func (f *storageFlags) validate() error {
+	if f.runs < 1 {
+		return usagef("--runs %d: must be at least 1", f.runs)
+	}
+	if f.duration < 0 || f.warmup < 0 {
+		return usagef("--duration and --warmup must not be negative")
+	}
+	if f.report != "" && !strings.HasSuffix(strings.ToLower(f.report), ".html") {
+		return usagef("--report %q: the report is HTML, name it FILE.html", f.report)
+	}
+	return nil
+}
+
+// fioNote says whether fio runs beside ours, and why not.
+func (f *storageFlags) fioNote(w *bench.Workdir) (bool, string) {
+	switch {
+	case !f.fio:
+		return false, "fio: not run (--fio=false)"
+	case w.Remote:
+		return false, "fio: not run (the path is an ffkit:// URL; mount it with `ffkit fs mount` to run fio on it)"
+	case !bench.FioAvailable():
+		return false, "fio: not installed (apt-get install fio), no fio column"
+	}
+	return true, ""
+}
+
+// fioFigure is fio's figure for a row, as printed and put in JSON.
+type fioFigure struct {
+	MiBPerSec float64       `json:"mib_s"`
+	IOPS      float64       `json:"iops"`
+	Latency   bench.Latency `json:"latency"`
+	Engine    string        `json:"engine"`
+	Args      []string      `json:"args"`
+}
+
+// runFio runs a fio job and returns its figure for rw, or an error string
+// to print (fio failing never fails the benchmark).
+func runFio(ctx context.Context, job bench.FioJob) (*fioFigure, string) {
+	r, err := bench.RunFio(ctx, job)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, ctx.Err().Error()
+		}
+		return nil, err.Error()
+	}
+	s := r.Side(job.RW)
+	return &fioFigure{MiBPerSec: s.MiBPerSec, IOPS: s.IOPS, Latency: s.Latency, Engine: r.Engine, Args: r.Args}, ""
+}
+
+// removeFioFiles removes the files fio created in the work directory
+// (their names start with prefix), unless --keep.
+func removeFioFiles(ctx context.Context, w *bench.Workdir, prefix string) {
+	ents, err := w.FS.List(ctx, w.Dir)
+	if err != nil {
+		return
+	}
+	for _, e := range ents {
+		if !e.IsDir && strings.HasPrefix(e.Name, prefix) {
+			w.Track(e.Name)
+			if !w.Keep {
+				w.Remove(ctx, e.Name)
+			}
+		}
+	}
+}
+
+// emit prints the result: the JSON document on stdout with --json, else the
+// tables; and the HTML report when asked.
+func emit(f *storageFlags, doc any, tables []bench.Table, report *bench.Report) error {
+	if f.report != "" {
+		if err := bench.WriteReportFile(f.report, report); err != nil {
+			return err
+		}
+	}
+	if jsonOut {
+		return printJSON(doc)
+	}
+	out := human()
+	for i, t := range tables {
+		if i > 0 {
+			fmt.Fprintln(out)
+		}
+		if err := t.Write(out); err != nil {
+			return err
+		}
+	}
+	if f.report != "" {
+		fmt.Fprintf(out, "report: %s\n", f.report)
+	}
+	return nil
+}
+
+// commandLine is the command as typed, for reports.
+func commandLine() string { return "ffkit " + strings.Join(os.Args[1:], " ") }
+
+// reportMeta is the header of every report.
+func reportMeta(extra ...string) []string {
+	host, _ := os.Hostname()
+	m := []string{commandLine(), fmt.Sprintf("host %s, %s", host, time.Now().UTC().Format(time.RFC3339))}
+	return append(m, extra...)
+}
+
+// mibFmt formats a spread of MiB/s.
+func mibFmt(s bench.Spread) string { return bench.FormatSpread(s, "%.1f") }
+
+// statusf prints a progress line on stderr (never on stdout).
+func statusf(format string, args ...any) {
+	if isTerminal() {
+		fmt.Fprintf(os.Stderr, "\r\033[K"+format, args...)
+	}
+}
+
+func statusDone() {
+	if isTerminal() {
+		fmt.Fprint(os.Stderr, "\r\033[K")
+	}
+}
+
+// latencyValues lists p50, p90, p99 and max for charts.
+func latencyValues(l bench.Latency) []float64 { return []float64{l.P50US, l.P90US, l.P99US, l.MaxUS} }
+
+var latencyCategories = []string{"p50", "p90", "p99", "max"}
