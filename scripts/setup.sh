@@ -15,6 +15,9 @@ if [ ${#need_apt[@]} -gt 0 ]; then
   apt-get install -y -qq "${need_apt[@]}" >/dev/null
 fi
 
+# pyarrow: the FUSE tests read a Parquet file through the mount with it.
+python3 -c 'import pyarrow' 2>/dev/null || python3 -m pip install -q pyarrow
+
 echo "setup: building ffkit" >&2
 mkdir -p bin
 go build -o bin/ffkit ./cmd/ffkit
