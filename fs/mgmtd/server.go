@@ -158,6 +158,10 @@ func Start(ctx context.Context, opts Options) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("mgmtd: load state: %w", err)
 	}
+	// The timers are this process's options, whatever was persisted.
+	r.FailTimeout = int64(opts.FailTimeout)
+	r.HeartbeatInterval = int64(opts.HeartbeatInterval)
+	r.ChunkSize = opts.ChunkSize
 	if len(r.Chains) > 0 {
 		// A restart: publish a new version so everyone re-reads.
 		r.Version++

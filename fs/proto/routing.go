@@ -53,10 +53,15 @@ type Node struct {
 // Routing is what mgmtd publishes: everything a client or storage service
 // needs to route a request. Version is bumped on every change.
 type Routing struct {
-	Version   uint64  `json:"routing_version"`
-	ChunkSize int64   `json:"chunk_size"`
-	Nodes     []Node  `json:"nodes"`
-	Chains    []Chain `json:"chains"`
+	Version   uint64 `json:"routing_version"`
+	ChunkSize int64  `json:"chunk_size"`
+	// FailTimeout (ns): mgmtd declares a silent node dead after it; a
+	// storage service that cannot reach mgmtd for half of it stops serving.
+	FailTimeout int64 `json:"fail_timeout_ns"`
+	// HeartbeatInterval (ns) storage services should use.
+	HeartbeatInterval int64   `json:"heartbeat_interval_ns"`
+	Nodes             []Node  `json:"nodes"`
+	Chains            []Chain `json:"chains"`
 }
 
 // Chain returns the chain with id, or nil.

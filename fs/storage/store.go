@@ -1,0 +1,585 @@
+package storage
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/ffkit/ffkit/fs/proto"
+)
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+func crc32c(b []byte) uint32 { return crc32.Checksum(b, castagnoli) }
+
+// Chunk file layout: a HeaderSize header, then the chunk's bytes.
+//
+//	0   8  magic "FFKCHNK1"
+//	8   8  version
+//	16  8  chain version it was written under
+//	24  8  length of the data
+//	32  4  flags (1: removed, a tombstone)
+//	36  4  number of blocks n
+//	40  4  CRC32C of bytes 0..40 and the n block CRCs
+//	44  4n CRC32C of each BlockSize block of data (the last may be short)
+//	... zero padding to HeaderSize
+//	HeaderSize: data
+//
+// Files are named <chunk id>.<version> when committed and
+// <chunk id>.<version>.p while pending.
+const (
+	HeaderSize   = 8192
+	maxBlocks    = (HeaderSize - 44) / 4
+	flagRemoved  = 1
+	pendingSufix = ".p"
+)
+
+var chunkMagic = []byte("FFKCHNK1")
+
+func init() {
+	if proto.MaxChunkSize/proto.BlockSize > maxBlocks {
+		panic("storage: header too small for MaxChunkSize")
+	}
+}
+
+// version is one stored version of a chunk.
+type version struct {
+	ver      uint64
+	chainVer uint64
+	length   int64
+	removed  bool
+	crcs     []uint32 // per block
+}
+
+// checksum is the whole-chunk checksum compared between hops: a CRC32C of
+// the length, the removed flag and the block CRCs.
+func (v *version) checksum() uint32 {
+	if v == nil {
+		return 0
+	}
+	b := make([]byte, 0, 9+4*len(v.crcs))
+	b = binary.BigEndian.AppendUint64(b, uint64(v.length))
+	if v.removed {
+		b = append(b, 1)
+	} else {
+		b = append(b, 0)
+	}
+	for _, c := range v.crcs {
+		b = binary.BigEndian.AppendUint32(b, c)
+	}
+	return crc32c(b)
+}
+
+func encodeHeader(v *version) []byte {
+	h := make([]byte, HeaderSize)
+	copy(h, chunkMagic)
+	binary.BigEndian.PutUint64(h[8:], v.ver)
+	binary.BigEndian.PutUint64(h[16:], v.chainVer)
+	binary.BigEndian.PutUint64(h[24:], uint64(v.length))
+	if v.removed {
+		binary.BigEndian.PutUint32(h[32:], flagRemoved)
+	}
+	binary.BigEndian.PutUint32(h[36:], uint32(len(v.crcs)))
+	for i, c := range v.crcs {
+		binary.BigEndian.PutUint32(h[44+4*i:], c)
+	}
+	sum := crc32.Update(crc32c(h[:40]), castagnoli, h[44:44+4*len(v.crcs)])
+	binary.BigEndian.PutUint32(h[40:], sum)
+	return h
+}
+
+func decodeHeader(h []byte) (*version, error) {
+	if len(h) < HeaderSize || !bytes.Equal(h[:8], chunkMagic) {
+		return nil, errors.New("bad magic")
+	}
+	n := binary.BigEndian.Uint32(h[36:])
+	if n > maxBlocks {
+		return nil, fmt.Errorf("%d blocks", n)
+	}
+	sum := crc32.Update(crc32c(h[:40]), castagnoli, h[44:44+4*n])
+	if sum != binary.BigEndian.Uint32(h[40:]) {
+		return nil, errors.New("header checksum mismatch")
+	}
+	v := &version{
+		ver:      binary.BigEndian.Uint64(h[8:]),
+		chainVer: binary.BigEndian.Uint64(h[16:]),
+		length:   int64(binary.BigEndian.Uint64(h[24:])),
+		removed:  binary.BigEndian.Uint32(h[32:])&flagRemoved != 0,
+		crcs:     make([]uint32, n),
+	}
+	for i := range v.crcs {
+		v.crcs[i] = binary.BigEndian.Uint32(h[44+4*i:])
+	}
+	if v.length < 0 || v.length > proto.MaxChunkSize || int64(n) != blocksFor(v.length) {
+		return nil, fmt.Errorf("length %d with %d blocks", v.length, n)
+	}
+	return v, nil
+}
+
+func blocksFor(length int64) int64 { return (length + proto.BlockSize - 1) / proto.BlockSize }
+
+// chunk is one chunk's state on a target.
+type chunk struct {
+	// lock is the CRAQ chunk lock: held by an update from local apply
+	// through forwarding to local commit, and by resync while it compares
+	// and transfers the chunk.
+	lock sync.Mutex
+
+	// The fields below are guarded by Target.mu.
+	committed    *version // nil: never written (or dropped)
+	pending      *version // nil: none; else pending.ver == commitVer()+1 or a full replace
+	pendingSince time.Time
+	corrupt      bool // a read found a block checksum mismatch
+}
+
+func (c *chunk) commitVer() uint64 {
+	if c.committed == nil {
+		return 0
+	}
+	return c.committed.ver
+}
+
+// Target is one directory of chunks: the replica of one chain.
+type Target struct {
+	ID  proto.TargetID
+	Dir string
+	vfs VFS
+
+	mu     sync.Mutex
+	chunks map[proto.ChunkID]*chunk // guarded by mu
+	used   int64                    // bytes of committed data; guarded by mu
+}
+
+// ErrCorruptFile marks a chunk file whose header does not verify.
+var errCorruptFile = errors.New("storage: corrupt chunk file")
+
+func (t *Target) chunkDir() string { return filepath.Join(t.Dir, "chunks") }
+
+func (t *Target) path(id proto.ChunkID, ver uint64, pending bool) string {
+	name := id.String() + "." + strconv.FormatUint(ver, 10)
+	if pending {
+		name += pendingSufix
+	}
+	return filepath.Join(t.chunkDir(), name)
+}
+
+// OpenTarget loads a target directory, recovering from a crash: for each
+// chunk the newest committed file wins, older ones are deleted, a pending
+// file survives only if it is the next version and its header verifies.
+func OpenTarget(vfs VFS, id proto.TargetID, dir string) (*Target, error) {
+	t := &Target{ID: id, Dir: dir, vfs: vfs, chunks: map[proto.ChunkID]*chunk{}}
+	if err := vfs.MkdirAll(t.chunkDir()); err != nil {
+		return nil, fmt.Errorf("storage: target %d: %w", id, err)
+	}
+	names, err := vfs.ReadDir(t.chunkDir())
+	if err != nil {
+		return nil, fmt.Errorf("storage: target %d: %w", id, err)
+	}
+	type file struct {
+		ver     uint64
+		pending bool
+		name    string
+	}
+	files := map[proto.ChunkID][]file{}
+	for _, n := range names {
+		base, pending := strings.CutSuffix(n, pendingSufix)
+		i := strings.LastIndexByte(base, '.')
+		if i < 0 {
+			continue
+		}
+		cid, err1 := proto.ParseChunkID(base[:i])
+		ver, err2 := strconv.ParseUint(base[i+1:], 10, 64)
+		if err1 != nil || err2 != nil {
+			continue // not ours
+		}
+		files[cid] = append(files[cid], file{ver, pending, n})
+	}
+	for cid, fl := range files {
+		c := &chunk{}
+		slices.SortFunc(fl, func(a, b file) int {
+			if a.ver != b.ver {
+				if a.ver < b.ver {
+					return 1
+				}
+				return -1
+			}
+			return 0
+		})
+		// Newest committed.
+		for _, f := range fl {
+			if f.pending || c.committed != nil {
+				continue
+			}
+			v, err := t.readHeader(filepath.Join(t.chunkDir(), f.name))
+			if err != nil {
+				// A committed file was fsynced before its rename, so a bad
+				// header is corruption: keep the version, flag the chunk so
+				// reads refuse it and resync replaces it.
+				v = &version{ver: f.ver}
+				c.corrupt = true
+			}
+			c.committed = v
+		}
+		for _, f := range fl {
+			p := filepath.Join(t.chunkDir(), f.name)
+			switch {
+			case !f.pending && c.committed != nil && f.ver == c.committed.ver:
+			case f.pending && f.ver > c.commitVer() && c.pending == nil:
+				if v, err := t.readHeader(p); err == nil {
+					c.pending = v
+					c.pendingSince = time.Now()
+					continue
+				}
+				vfs.Remove(p) // torn pending write: never acknowledged
+			default:
+				vfs.Remove(p)
+			}
+		}
+		if c.committed == nil && c.pending == nil {
+			continue
+		}
+		t.chunks[cid] = c
+		if c.committed != nil {
+			t.used += c.committed.length
+		}
+	}
+	return t, nil
+}
+
+func (t *Target) readHeader(p string) (*version, error) {
+	f, err := t.vfs.Open(p)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	h := make([]byte, HeaderSize)
+	if n, err := f.ReadAt(h, 0); n < HeaderSize {
+		return nil, fmt.Errorf("%w: %s: short header: %v", errCorruptFile, p, err)
+	}
+	v, err := decodeHeader(h)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %s: %v", errCorruptFile, p, err)
+	}
+	return v, nil
+}
+
+// get returns the chunk entry, creating an empty one.
+func (t *Target) get(id proto.ChunkID) *chunk {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	c := t.chunks[id]
+	if c == nil {
+		c = &chunk{}
+		t.chunks[id] = c
+	}
+	return c
+}
+
+// Meta describes a chunk replica (under the target lock).
+func (t *Target) Meta(id proto.ChunkID) proto.ChunkMeta {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.metaLocked(id, t.chunks[id])
+}
+
+func (t *Target) metaLocked(id proto.ChunkID, c *chunk) proto.ChunkMeta {
+	m := proto.ChunkMeta{Chunk: id}
+	if c == nil {
+		return m
+	}
+	m.CommitVer = c.commitVer()
+	m.UpdateVer = m.CommitVer
+	if c.pending != nil {
+		m.UpdateVer = c.pending.ver
+	}
+	if c.committed != nil {
+		m.Length = c.committed.length
+		m.Checksum = c.committed.checksum()
+		if c.committed.removed {
+			m.Length = -1
+		}
+	}
+	m.Corrupt = c.corrupt
+	return m
+}
+
+// List returns the metadata of every chunk (tombstones included) with
+// inode in [inodeLo, inodeHi], sorted by chunk id.
+func (t *Target) List(inodeLo, inodeHi uint64) []proto.ChunkMeta {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	var out []proto.ChunkMeta
+	for id, c := range t.chunks {
+		if id.Inode < inodeLo || id.Inode > inodeHi || (c.committed == nil && c.pending == nil) {
+			continue
+		}
+		out = append(out, t.metaLocked(id, c))
+	}
+	slices.SortFunc(out, func(a, b proto.ChunkMeta) int {
+		ka, kb := a.Chunk.Key(), b.Chunk.Key()
+		return bytes.Compare(ka[:], kb[:])
+	})
+	return out
+}
+
+// Used is the bytes of committed chunk data on the target.
+func (t *Target) Used() int64 {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.used
+}
+
+// update describes the new version to build.
+type update struct {
+	op       proto.Op
+	off      int64
+	data     []byte
+	full     bool // data is the whole content (resync / syncing successor)
+	ver      uint64
+	chainVer uint64
+}
+
+// prepare builds the pending version u.ver of chunk id from its committed
+// version and the update, writes it to a pending file and fsyncs it. The
+// caller holds the chunk lock. A failure leaves nothing behind.
+func (t *Target) prepare(id proto.ChunkID, c *chunk, u update) (*version, error) {
+	t.mu.Lock()
+	base := c.committed
+	corrupt := c.corrupt
+	old := c.pending
+	t.mu.Unlock()
+	if old != nil {
+		// An older attempt's pending version (a crash, a retry): replaced.
+		t.vfs.Remove(t.path(id, old.ver, true))
+		t.mu.Lock()
+		c.pending = nil
+		t.mu.Unlock()
+	}
+	if base != nil && base.removed {
+		base = nil
+	}
+	if corrupt && !u.full && u.op != proto.OpRemove {
+		return nil, fmt.Errorf("%w: chunk %v on target %d is corrupt; waiting for repair", proto.ErrChecksum, id, t.ID)
+	}
+	nv := &version{ver: u.ver, chainVer: u.chainVer}
+	p := t.path(id, u.ver, true)
+	f, err := t.vfs.Create(p)
+	if err != nil {
+		return nil, t.ioErr("create", p, err)
+	}
+	fail := func(what string, err error) (*version, error) {
+		f.Close()
+		t.vfs.Remove(p)
+		return nil, t.ioErr(what, p, err)
+	}
+	var oldLen int64
+	var oldCRCs []uint32
+	if base != nil {
+		oldLen, oldCRCs = base.length, base.crcs
+	}
+	switch {
+	case u.op == proto.OpRemove:
+		nv.removed = true
+	case u.full:
+		nv.length = int64(len(u.data))
+		if _, err := f.WriteAt(u.data, HeaderSize); err != nil {
+			return fail("write", err)
+		}
+		nv.crcs = blockCRCs(u.data)
+	default:
+		var src File
+		if base != nil {
+			if src, err = t.vfs.Open(t.path(id, base.ver, false)); err != nil {
+				return fail("open base", err)
+			}
+			defer src.Close()
+		}
+		var writeLo, writeHi int64 // the range the update defines
+		switch u.op {
+		case proto.OpWrite:
+			writeLo, writeHi = u.off, u.off+int64(len(u.data))
+			nv.length = max(oldLen, writeHi)
+		case proto.OpTruncate:
+			writeLo, writeHi = u.off, u.off
+			nv.length = u.off
+		}
+		// Copy the old bytes the update leaves alone.
+		if src != nil {
+			if err := copyRange(f, HeaderSize, src, HeaderSize, min(writeLo, oldLen, nv.length)); err != nil {
+				return fail("copy", err)
+			}
+			if writeHi < oldLen && u.op == proto.OpWrite {
+				if err := copyRange(f, HeaderSize+writeHi, src, HeaderSize+writeHi, oldLen-writeHi); err != nil {
+					return fail("copy", err)
+				}
+			}
+		}
+		if len(u.data) > 0 {
+			if _, err := f.WriteAt(u.data, HeaderSize+u.off); err != nil {
+				return fail("write", err)
+			}
+		}
+		if err := f.Truncate(HeaderSize + nv.length); err != nil {
+			return fail("truncate", err)
+		}
+		// Block CRCs: untouched blocks keep theirs (so corruption of an old
+		// block stays detectable); touched ones are computed.
+		nb := blocksFor(nv.length)
+		nv.crcs = make([]uint32, nb)
+		blk := make([]byte, proto.BlockSize)
+		for b := int64(0); b < nb; b++ {
+			lo, hi := b*proto.BlockSize, min((b+1)*proto.BlockSize, nv.length)
+			oldEnd := min((b+1)*proto.BlockSize, oldLen)
+			unchanged := b < int64(len(oldCRCs)) && hi <= oldLen && oldEnd == hi &&
+				(u.op != proto.OpWrite || hi <= writeLo || lo >= writeHi)
+			switch {
+			case unchanged:
+				nv.crcs[b] = oldCRCs[b]
+			case u.op == proto.OpWrite && lo >= writeLo && hi <= writeHi:
+				nv.crcs[b] = crc32c(u.data[lo-writeLo : hi-writeLo])
+			default:
+				if _, err := f.ReadAt(blk[:hi-lo], HeaderSize+lo); err != nil {
+					return fail("read back", err)
+				}
+				nv.crcs[b] = crc32c(blk[:hi-lo])
+			}
+		}
+	}
+	if _, err := f.WriteAt(encodeHeader(nv), 0); err != nil {
+		return fail("write header", err)
+	}
+	if err := f.Sync(); err != nil {
+		return fail("fsync", err)
+	}
+	if err := f.Close(); err != nil {
+		t.vfs.Remove(p)
+		return nil, t.ioErr("close", p, err)
+	}
+	t.mu.Lock()
+	c.pending = nv
+	c.pendingSince = time.Now()
+	t.mu.Unlock()
+	return nv, nil
+}
+
+func blockCRCs(data []byte) []uint32 {
+	crcs := make([]uint32, blocksFor(int64(len(data))))
+	for b := range crcs {
+		lo := b * proto.BlockSize
+		crcs[b] = crc32c(data[lo:min(lo+proto.BlockSize, len(data))])
+	}
+	return crcs
+}
+
+func (t *Target) ioErr(what, p string, err error) error {
+	if errors.Is(err, syscall.ENOSPC) || errors.Is(err, syscall.EDQUOT) {
+		return fmt.Errorf("%w: target %d: %s %s: %v", proto.ErrNoSpace, t.ID, what, p, err)
+	}
+	return fmt.Errorf("%w: target %d: %s %s: %v", proto.ErrIO, t.ID, what, p, err)
+}
+
+// commit makes the pending version committed: rename, fsync the directory
+// (the commit is durable before anyone is told), drop the old file. The
+// caller holds the chunk lock.
+func (t *Target) commit(id proto.ChunkID, c *chunk) (*version, error) {
+	t.mu.Lock()
+	nv, old := c.pending, c.committed
+	t.mu.Unlock()
+	if nv == nil {
+		return nil, fmt.Errorf("%w: chunk %v on target %d has nothing pending", proto.ErrMissingUpdate, id, t.ID)
+	}
+	if err := t.vfs.Rename(t.path(id, nv.ver, true), t.path(id, nv.ver, false)); err != nil {
+		return nil, t.ioErr("commit", t.path(id, nv.ver, true), err)
+	}
+	if err := t.vfs.SyncDir(t.chunkDir()); err != nil {
+		return nil, t.ioErr("fsync dir", t.chunkDir(), err)
+	}
+	t.mu.Lock()
+	c.committed, c.pending, c.corrupt = nv, nil, false
+	if old != nil {
+		t.used -= old.length
+	}
+	t.used += nv.length
+	t.mu.Unlock()
+	if old != nil && old.ver != nv.ver {
+		t.vfs.Remove(t.path(id, old.ver, false))
+	}
+	return nv, nil
+}
+
+// abort drops a pending version (resync replaced it).
+func (t *Target) dropPending(id proto.ChunkID, c *chunk) {
+	t.mu.Lock()
+	p := c.pending
+	c.pending = nil
+	t.mu.Unlock()
+	if p != nil {
+		t.vfs.Remove(t.path(id, p.ver, true))
+	}
+}
+
+// readCommitted reads [off, off+n) of the committed version into a new
+// buffer, verifying the CRC of every block it touches. It returns fewer
+// bytes when the chunk is shorter, none for a missing chunk.
+// ErrNotCommitted if a version is pending.
+func (t *Target) readCommitted(id proto.ChunkID, off, n int64, allowPending bool) ([]byte, *version, error) {
+	t.mu.Lock()
+	c := t.chunks[id]
+	var v *version
+	corrupt := false
+	if c != nil {
+		if c.pending != nil && !allowPending {
+			t.mu.Unlock()
+			return nil, nil, fmt.Errorf("%w: chunk %v v%d pending on target %d", proto.ErrNotCommitted, id, c.pending.ver, t.ID)
+		}
+		v, corrupt = c.committed, c.corrupt
+	}
+	t.mu.Unlock()
+	if corrupt {
+		return nil, v, fmt.Errorf("%w: chunk %v on target %d", proto.ErrChecksum, id, t.ID)
+	}
+	if v == nil || v.removed || off >= v.length {
+		return nil, v, nil
+	}
+	end := min(off+n, v.length)
+	lo := off / proto.BlockSize * proto.BlockSize
+	hi := min((end+proto.BlockSize-1)/proto.BlockSize*proto.BlockSize, v.length)
+	buf := make([]byte, hi-lo)
+	f, err := t.vfs.Open(t.path(id, v.ver, false))
+	if err != nil {
+		// Replaced by a newer commit since we looked: read that one.
+		t.mu.Lock()
+		moved := c.committed != v
+		t.mu.Unlock()
+		if moved {
+			return t.readCommitted(id, off, n, allowPending)
+		}
+		return nil, v, t.ioErr("open", t.path(id, v.ver, false), err)
+	}
+	defer f.Close()
+	if k, err := f.ReadAt(buf, HeaderSize+lo); int64(k) < hi-lo {
+		return nil, v, t.ioErr("read", t.path(id, v.ver, false), fmt.Errorf("short read %d of %d: %v", k, hi-lo, err))
+	}
+	for b := lo / proto.BlockSize; b*proto.BlockSize < hi; b++ {
+		s := b*proto.BlockSize - lo
+		e := min(s+proto.BlockSize, hi-lo)
+		if crc32c(buf[s:e]) != v.crcs[b] {
+			t.mu.Lock()
+			if c.committed == v {
+				c.corrupt = true
+			}
+			t.mu.Unlock()
+			return nil, v, fmt.Errorf("%w: chunk %v v%d block %d on target %d", proto.ErrChecksum, id, v.ver, b, t.ID)
+		}
+	}
+	return buf[off-lo : end-lo], v, nil
+}

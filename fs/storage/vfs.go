@@ -1,0 +1,99 @@
+package storage
+
+import (
+	"io"
+	"os"
+	"path/filepath"
+
+	"golang.org/x/sys/unix"
+)
+
+// VFS is the little of a file system the chunk store uses, so tests can
+// wrap it (a file system that loses unsynced writes on a crash, a full
+// disk). OS is the real one.
+type VFS interface {
+	Create(name string) (File, error) // create or truncate, write-only
+	Open(name string) (File, error)   // read-only
+	Rename(oldname, newname string) error
+	Remove(name string) error
+	ReadDir(dir string) ([]string, error)
+	MkdirAll(dir string) error
+	SyncDir(dir string) error
+}
+
+// File is an open chunk file.
+type File interface {
+	io.ReaderAt
+	io.WriterAt
+	Sync() error
+	Truncate(size int64) error
+	Close() error
+}
+
+// OS is the operating system's file system.
+type OS struct{}
+
+func (OS) Create(name string) (File, error) {
+	return os.OpenFile(name, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o644)
+}
+func (OS) Open(name string) (File, error)       { return os.Open(name) }
+func (OS) Rename(oldname, newname string) error { return os.Rename(oldname, newname) }
+func (OS) Remove(name string) error             { return os.Remove(name) }
+func (OS) MkdirAll(dir string) error            { return os.MkdirAll(dir, 0o755) }
+func (OS) ReadDir(dir string) ([]string, error) {
+	es, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, err
+	}
+	names := make([]string, len(es))
+	for i, e := range es {
+		names[i] = e.Name()
+	}
+	return names, nil
+}
+
+func (OS) SyncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return d.Sync()
+}
+
+// copyRange copies n bytes from src at soff to dst at doff, in the kernel
+// (copy_file_range) when both are OS files.
+func copyRange(dst File, doff int64, src File, soff int64, n int64) error {
+	if n <= 0 {
+		return nil
+	}
+	if df, ok := dst.(*os.File); ok {
+		if sf, ok := src.(*os.File); ok {
+			for n > 0 {
+				so, do := soff, doff
+				w, err := unix.CopyFileRange(int(sf.Fd()), &so, int(df.Fd()), &do, int(n), 0)
+				if err != nil || w == 0 {
+					break // fall back to a user-space copy
+				}
+				soff, doff, n = soff+int64(w), doff+int64(w), n-int64(w)
+			}
+			if n == 0 {
+				return nil
+			}
+		}
+	}
+	buf := make([]byte, min(n, 1<<20))
+	for n > 0 {
+		k := min(n, int64(len(buf)))
+		if _, err := src.ReadAt(buf[:k], soff); err != nil {
+			return err
+		}
+		if _, err := dst.WriteAt(buf[:k], doff); err != nil {
+			return err
+		}
+		soff, doff, n = soff+k, doff+k, n-k
+	}
+	return nil
+}
+
+var _ = filepath.Join
