@@ -228,22 +228,30 @@ func RepeatFunc(ctx context.Context, runs int, measure func(ctx context.Context,
 	if runs < 1 {
 		runs = 1
 	}
-	rep := &Repeated{}
-	var mibs, opss []float64
-	var all []time.Duration
+	var results []*Result
 	for i := range runs {
 		r, err := measure(ctx, i)
 		if err != nil {
 			return nil, fmt.Errorf("run %d of %d: %w", i+1, runs, err)
 		}
-		rep.Runs = append(rep.Runs, r)
+		results = append(results, r)
+	}
+	return Combine(results), nil
+}
+
+// Combine summarises results of the same measurement taken several times.
+func Combine(results []*Result) *Repeated {
+	rep := &Repeated{Runs: results}
+	var mibs, opss []float64
+	var all []time.Duration
+	for _, r := range results {
 		mibs = append(mibs, r.MiBPerSec)
 		opss = append(opss, r.OpsPerSec)
-		rep.NaiveSumMiBPerSec += r.NaiveSumMiBPerSec / float64(runs)
+		rep.NaiveSumMiBPerSec += r.NaiveSumMiBPerSec / float64(len(results))
 		all = append(all, r.samples...)
 	}
 	rep.MiBPerSec = SpreadOf(mibs)
 	rep.OpsPerSec = SpreadOf(opss)
 	rep.Latency = Summarize(all)
-	return rep, nil
+	return rep
 }
