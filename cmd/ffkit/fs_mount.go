@@ -1,0 +1,147 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/ffkit/ffkit/bench"
+	"github.com/ffkit/ffkit/fs"
+	"github.com/ffkit/ffkit/fs/fuse"
+)
+
+func init() {
+	registerFS(newFSMountCmd)
+	registerFS(newFSUmountCmd)
+}
+
+func newFSMountCmd() *cobra.Command {
+	var (
+		o                    fuse.Options
+		maxRequest, raWindow string
+	)
+	c := &cobra.Command{
+		Use:   "mount SOURCE MOUNTPOINT",
+		Short: "Mount an ffkit:// path (or a local directory) with FUSE, until unmounted",
+		Long: `Mount SOURCE at MOUNTPOINT with FUSE so that any program can use it.
+SOURCE is a cluster path, ffkit://HOST:PORT/[path], or a local directory.
+
+The command serves the mount in the foreground: it prints "mounted SOURCE at
+MOUNTPOINT" once the mount is ready and returns when the file system is
+unmounted, by Ctrl-C / SIGTERM here or by 'ffkit fs umount MOUNTPOINT'
+(fusermount3 -u) elsewhere. Run it with '&' to keep the shell.
+
+Consistency is close-to-open: data written through the mount is visible to
+every other client once the file is closed, and an open sees the latest
+closed state. --attr-timeout > 0 lets the kernel cache names and attributes
+for that long (fewer metadata round trips, staler views).
+
+A call into the storage that takes longer than --timeout fails with
+ETIMEDOUT, so a mount whose cluster went away returns errors instead of
+hanging its callers.`,
+		Args: cobra.ExactArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			src, mnt := args[0], args[1]
+			ctx := cmd.Context()
+			var err error
+			if o.MaxRequest, err = parseIntSize("--max-request", maxRequest); err != nil {
+				return err
+			}
+			if o.ReadAhead, err = parseIntSize("--read-ahead", raWindow); err != nil {
+				return err
+			}
+			if o.ReadAhead == 0 {
+				o.ReadAhead = -1 // 0 on the command line means off
+			}
+			if err := o.Validate(); err != nil {
+				return usageError{err}
+			}
+			if !fs.IsURL(src) {
+				if src, err = filepath.Abs(src); err != nil {
+					return usagef("source %s: %v", args[0], err)
+				}
+			}
+			backend, root, err := fs.Resolve(ctx, src)
+			if err != nil {
+				return err
+			}
+			if o.FsName == "" {
+				o.FsName = args[0]
+			}
+			srv, err := fuse.Mount(backend, root, mnt, o)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(human(), "mounted %s at %s\n", args[0], mnt)
+			done := make(chan struct{})
+			go func() { srv.Wait(); close(done) }()
+			select {
+			case <-done: // unmounted from outside
+			case <-ctx.Done():
+				if err := srv.Unmount(); err != nil {
+					return err
+				}
+				<-done
+			}
+			if jsonOut {
+				return printJSON(map[string]any{"source": args[0], "mountpoint": mnt, "stats": srv.Stats()})
+			}
+			fmt.Fprintf(human(), "unmounted %s\n", mnt)
+			return nil
+		},
+	}
+	f := c.Flags()
+	f.BoolVar(&o.ReadOnly, "read-only", false, "refuse every change (EROFS)")
+	f.DurationVar(&o.Timeout, "timeout", 60*time.Second, "bound on every call into the storage; past it the caller gets ETIMEDOUT")
+	f.DurationVar(&o.AttrTimeout, "attr-timeout", 0, "how long the kernel may cache names and attributes (0: revalidate on every open)")
+	f.StringVar(&maxRequest, "max-request", "1M", "largest FUSE read/write request (max_read, max_write)")
+	f.StringVar(&raWindow, "read-ahead", "8M", "read-ahead window of a file read sequentially (0: off)")
+	f.IntVar(&o.MaxBackground, "max-background", 256, "asynchronous requests the kernel keeps in flight")
+	f.IntVar(&o.MaxBatch, "max-batch", 128, "most concurrent reads gathered into one batched storage read")
+	f.BoolVar(&o.Direct, "direct", false, "open storage files with O_DIRECT where supported (cold reads)")
+	f.BoolVar(&o.AllowOther, "allow-other", false, "let other users use the mount")
+	f.BoolVar(&o.Debug, "debug", false, "log every FUSE request on stderr")
+	return c
+}
+
+func parseIntSize(flag, s string) (int, error) {
+	v, err := bench.ParseSize(s)
+	if err != nil {
+		return 0, usagef("%s: %v", flag, err)
+	}
+	return int(v), nil
+}
+
+func newFSUmountCmd() *cobra.Command {
+	var lazy bool
+	c := &cobra.Command{
+		Use:   "umount MOUNTPOINT",
+		Short: "Unmount a file system mounted by 'ffkit fs mount'",
+		Long: `Unmount MOUNTPOINT (fusermount3 -u); the 'ffkit fs mount' process serving it
+then exits. A busy mount (a process has its working directory or a file open
+in it) fails with "device or resource busy" unless --lazy detaches it.`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			mnt, err := filepath.Abs(args[0])
+			if err != nil {
+				return usagef("mount point %s: %v", args[0], err)
+			}
+			if !fuse.IsMounted(mnt) {
+				if _, err := os.Stat(mnt); err != nil {
+					return usagef("%s: %v", args[0], err)
+				}
+				return usagef("%s is not a FUSE mount", args[0])
+			}
+			if err := fuse.Unmount(mnt, lazy); err != nil {
+				return err
+			}
+			fmt.Fprintf(human(), "unmounted %s\n", args[0])
+			return nil
+		},
+	}
+	c.Flags().BoolVar(&lazy, "lazy", false, "detach a busy mount now; it is released when its last user leaves")
+	return c
+}

@@ -1,0 +1,372 @@
+package fuse
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"sync"
+	"syscall"
+	"time"
+
+	gofs "github.com/hanwen/go-fuse/v2/fs"
+	gofuse "github.com/hanwen/go-fuse/v2/fuse"
+
+	"github.com/ffkit/ffkit/fs"
+)
+
+// readHandle is a file opened read-only: a backend fs.File read through
+// the batching dispatchers and, when read sequentially, read-ahead.
+type readHandle struct {
+	n      *node
+	f      fs.File
+	ra     *readahead // nil when read-ahead is off
+	opened time.Time
+}
+
+// writeHandle is a file opened for writing (or for reading while this
+// mount writes it): it shares the node's backend write file.
+type writeHandle struct {
+	n        *node
+	wf       fs.WriteFile
+	writable bool
+}
+
+var (
+	_ gofs.FileReader   = (*readHandle)(nil)
+	_ gofs.FileReleaser = (*readHandle)(nil)
+	_ gofs.FileReader   = (*writeHandle)(nil)
+	_ gofs.FileWriter   = (*writeHandle)(nil)
+	_ gofs.FileFlusher  = (*writeHandle)(nil)
+	_ gofs.FileFsyncer  = (*writeHandle)(nil)
+	_ gofs.FileReleaser = (*writeHandle)(nil)
+	_ gofs.FileWriter   = (*seqHandle)(nil)
+	_ gofs.FileFlusher  = (*seqHandle)(nil)
+	_ gofs.FileReleaser = (*seqHandle)(nil)
+)
+
+func (n *node) Open(_ context.Context, flags uint32) (gofs.FileHandle, uint32, syscall.Errno) {
+	s := n.srv
+	write := flags&syscall.O_ACCMODE != syscall.O_RDONLY
+	trunc := flags&syscall.O_TRUNC != 0
+	if (write || trunc) && s.opts.ReadOnly {
+		return nil, 0, syscall.EROFS
+	}
+	p, errno := n.path()
+	if errno != 0 {
+		return nil, 0, errno
+	}
+	ctx, cancel := s.opContext()
+	defer cancel()
+
+	n.mu.Lock()
+	active := n.wf != nil || n.seq != nil
+	n.mu.Unlock()
+	if !write && !trunc && !active {
+		f, err := s.backend.Open(ctx, p, fs.OpenOptions{Direct: s.opts.Direct})
+		if err != nil {
+			return nil, 0, s.errno(err)
+		}
+		h := &readHandle{n: n, f: f, opened: time.Now()}
+		if s.opts.ReadAhead > 0 {
+			h.ra = newReadahead(s, f)
+		}
+		// No FOPEN_KEEP_CACHE: the kernel drops cached pages on open
+		// (close-to-open consistency).
+		return h, 0, 0
+	}
+	if s.rw == nil {
+		if trunc && flags&syscall.O_ACCMODE == syscall.O_WRONLY {
+			// Rewriting a whole file: publish a new version on close.
+			return n.startSeq(ctx, p)
+		}
+		return nil, 0, syscall.ENOTSUP
+	}
+	n.mu.Lock()
+	seq := n.seq
+	n.mu.Unlock()
+	if seq != nil {
+		return nil, 0, syscall.EBUSY
+	}
+	var oflag int
+	if trunc {
+		oflag |= fs.OTrunc
+	}
+	wf, errno := n.acquireWrite(ctx, p, oflag)
+	if errno != 0 {
+		return nil, 0, errno
+	}
+	return &writeHandle{n: n, wf: wf, writable: write}, gofuse.FOPEN_PARALLEL_DIRECT_WRITES, 0
+}
+
+// acquireWrite returns the node's shared write file, opening it if this is
+// the first write handle, and takes a reference.
+func (n *node) acquireWrite(ctx context.Context, p string, oflag int) (fs.WriteFile, syscall.Errno) {
+	s := n.srv
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.wf != nil {
+		if oflag&fs.OTrunc != 0 {
+			wf := n.wf
+			if err := s.bounded(func() error { return wf.Truncate(0) }); err != nil {
+				return nil, s.errno(err)
+			}
+			n.mtime = time.Now()
+		}
+		n.wfRefs++
+		return n.wf, 0
+	}
+	wf, err := s.rw.OpenWrite(ctx, p, oflag)
+	if err != nil {
+		return nil, s.errno(err)
+	}
+	n.wf, n.wfRefs = wf, 1
+	if oflag&(fs.OTrunc|fs.OCreate) != 0 {
+		n.mtime = time.Now()
+	}
+	return wf, 0
+}
+
+// releaseWrite drops a reference; the last one closes the write file.
+func (n *node) releaseWrite() syscall.Errno {
+	n.mu.Lock()
+	n.wfRefs--
+	var wf fs.WriteFile
+	if n.wfRefs == 0 {
+		wf, n.wf = n.wf, nil
+		n.mtime = time.Time{}
+	}
+	n.mu.Unlock()
+	if wf == nil {
+		return 0
+	}
+	return n.srv.errno(n.srv.bounded(wf.Close))
+}
+
+func (n *node) Create(_ context.Context, name string, flags uint32, mode uint32, out *gofuse.EntryOut) (*gofs.Inode, gofs.FileHandle, uint32, syscall.Errno) {
+	s := n.srv
+	if s.opts.ReadOnly {
+		return nil, nil, 0, syscall.EROFS
+	}
+	p, errno := n.childPath(name)
+	if errno != 0 {
+		return nil, nil, 0, errno
+	}
+	ctx, cancel := s.opContext()
+	defer cancel()
+	child := n.newChild(ctx, name, false)
+	cn := child.Operations().(*node)
+	if s.rw == nil {
+		if flags&syscall.O_EXCL != 0 {
+			if _, err := s.backend.Stat(ctx, p); err == nil {
+				return nil, nil, 0, syscall.EEXIST
+			}
+		}
+		fh, fl, errno := cn.startSeq(ctx, p)
+		if errno != 0 {
+			return nil, nil, 0, errno
+		}
+		s.fillAttr(fs.FileInfo{ModTime: time.Now()}, &out.Attr)
+		return child, fh, fl, 0
+	}
+	oflag := fs.OCreate
+	if flags&syscall.O_EXCL != 0 {
+		oflag |= fs.OExcl
+	}
+	if flags&syscall.O_TRUNC != 0 {
+		oflag |= fs.OTrunc
+	}
+	wf, errno := cn.acquireWrite(ctx, p, oflag)
+	if errno != 0 {
+		return nil, nil, 0, errno
+	}
+	s.fillAttr(fs.FileInfo{Size: wf.Size(), ModTime: time.Now()}, &out.Attr)
+	h := &writeHandle{n: cn, wf: wf, writable: flags&syscall.O_ACCMODE != syscall.O_RDONLY}
+	return child, h, gofuse.FOPEN_PARALLEL_DIRECT_WRITES, 0
+}
+
+func (h *readHandle) Read(_ context.Context, dest []byte, off int64) (gofuse.ReadResult, syscall.Errno) {
+	s := h.n.srv
+	s.stats.reads.Add(1)
+	size := h.f.Size()
+	if off >= size || len(dest) == 0 {
+		return gofuse.ReadResultData(nil), 0
+	}
+	want := int(min(int64(len(dest)), size-off))
+	buf := dest[:want]
+	if h.ra != nil && h.ra.read(buf, off) {
+		s.stats.raHits.Add(1)
+	} else if err := s.readAt(h.f, buf, off); err != nil {
+		return nil, s.errno(err)
+	}
+	s.stats.readBytes.Add(int64(want))
+	return gofuse.ReadResultData(buf), 0
+}
+
+func (h *readHandle) Release(context.Context) syscall.Errno {
+	if h.ra != nil {
+		h.ra.close()
+	}
+	return h.n.srv.errno(h.n.srv.bounded(h.f.Close))
+}
+
+func (h *writeHandle) Read(_ context.Context, dest []byte, off int64) (gofuse.ReadResult, syscall.Errno) {
+	s := h.n.srv
+	s.stats.reads.Add(1)
+	var n int
+	err := s.bounded(func() error {
+		var err error
+		n, err = h.wf.ReadAt(dest, off)
+		if errors.Is(err, io.EOF) {
+			err = nil
+		}
+		return err
+	})
+	if err != nil {
+		return nil, s.errno(fmt.Errorf("read %s at %d: %w", h.wf.Name(), off, err))
+	}
+	s.stats.readBytes.Add(int64(n))
+	return gofuse.ReadResultData(dest[:n]), 0
+}
+
+func (h *writeHandle) Write(_ context.Context, data []byte, off int64) (uint32, syscall.Errno) {
+	s := h.n.srv
+	if !h.writable {
+		return 0, syscall.EBADF
+	}
+	var n int
+	err := s.bounded(func() error {
+		var err error
+		n, err = h.wf.WriteAt(data, off)
+		return err
+	})
+	s.stats.writes.Add(1)
+	s.stats.writeBytes.Add(int64(n))
+	h.n.touch()
+	if err != nil {
+		return uint32(n), s.errno(fmt.Errorf("write %s at %d: %w", h.wf.Name(), off, err))
+	}
+	return uint32(n), 0
+}
+
+// Flush runs on every close(2): what was written becomes visible to
+// other clients before close returns (close-to-open).
+func (h *writeHandle) Flush(context.Context) syscall.Errno {
+	if !h.writable {
+		return 0
+	}
+	return h.n.srv.errno(h.n.srv.bounded(h.wf.Flush))
+}
+
+func (h *writeHandle) Fsync(context.Context, uint32) syscall.Errno {
+	return h.n.srv.errno(h.n.srv.bounded(h.wf.Sync))
+}
+
+func (h *writeHandle) Release(context.Context) syscall.Errno {
+	return h.n.releaseWrite()
+}
+
+// seqHandle writes a new file sequentially through fs.FS.Create, for
+// backends without fs.RandomAccessFS. The file appears (or replaces the
+// old one) atomically when the handle is flushed on close.
+type seqHandle struct {
+	n  *node
+	mu sync.Mutex
+	w  fs.Writer // guarded by mu; nil once published
+	// written is the length so far; guarded by mu.
+	written int64
+	err     error // first failure, sticky; guarded by mu
+}
+
+func (n *node) startSeq(ctx context.Context, p string) (gofs.FileHandle, uint32, syscall.Errno) {
+	w, err := n.srv.backend.Create(ctx, p)
+	if err != nil {
+		return nil, 0, n.srv.errno(err)
+	}
+	h := &seqHandle{n: n, w: w}
+	n.mu.Lock()
+	if n.seq != nil || n.wf != nil {
+		n.mu.Unlock()
+		w.Close()
+		return nil, 0, syscall.EBUSY
+	}
+	n.seq = h
+	n.mtime = time.Now()
+	n.mu.Unlock()
+	return h, gofuse.FOPEN_DIRECT_IO, 0 // no page cache: writes arrive in order, reads are refused
+}
+
+func (h *seqHandle) size() int64 {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.written
+}
+
+func (h *seqHandle) truncate(size int64) syscall.Errno {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if size == h.written {
+		return 0
+	}
+	return syscall.ENOTSUP // only appends without random-access support
+}
+
+func (h *seqHandle) Write(_ context.Context, data []byte, off int64) (uint32, syscall.Errno) {
+	s := h.n.srv
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	switch {
+	case h.err != nil:
+		return 0, s.errno(h.err)
+	case h.w == nil:
+		return 0, syscall.EIO // already published
+	case off != h.written:
+		return 0, s.errno(fmt.Errorf("%w: write at %d, file is at %d (this storage takes sequential writes of new files only)",
+			errNotSupported, off, h.written))
+	}
+	var n int
+	err := s.bounded(func() error {
+		var err error
+		n, err = h.w.Write(data)
+		return err
+	})
+	h.written += int64(n)
+	s.stats.writes.Add(1)
+	s.stats.writeBytes.Add(int64(n))
+	if err != nil {
+		h.err = err
+		return uint32(n), s.errno(err)
+	}
+	return uint32(n), 0
+}
+
+// Flush publishes the file (Commit). Later writes through this handle fail.
+func (h *seqHandle) Flush(context.Context) syscall.Errno {
+	return h.publish()
+}
+
+func (h *seqHandle) publish() syscall.Errno {
+	s := h.n.srv
+	h.mu.Lock()
+	w := h.w
+	h.w = nil
+	err := h.err
+	h.mu.Unlock()
+	if w == nil {
+		return s.errno(err)
+	}
+	if err == nil {
+		err = s.bounded(w.Commit)
+	} else {
+		w.Close()
+	}
+	h.n.mu.Lock()
+	if h.n.seq == h {
+		h.n.seq = nil
+	}
+	h.n.mtime = time.Time{}
+	h.n.mu.Unlock()
+	return s.errno(err)
+}
+
+func (h *seqHandle) Release(context.Context) syscall.Errno { return h.publish() }

@@ -1,0 +1,386 @@
+package fuse
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log"
+	"os"
+	"os/exec"
+	"path"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	gofs "github.com/hanwen/go-fuse/v2/fs"
+	gofuse "github.com/hanwen/go-fuse/v2/fuse"
+
+	"github.com/ffkit/ffkit/fs"
+	"github.com/ffkit/ffkit/internal/errkind"
+)
+
+// ErrMount: the mount could not be set up (bad mount point, no /dev/fuse,
+// no fusermount3).
+var ErrMount = errkind.New(errkind.Usage, "fuse: cannot mount")
+
+// Options configure a mount. The zero value is usable: every field has a
+// default (given in its comment) applied by Mount.
+type Options struct {
+	// ReadOnly refuses every change with EROFS. Default false.
+	ReadOnly bool
+	// Timeout bounds every call into the storage; past it the caller gets
+	// ETIMEDOUT. Default 60s (longer than the cluster client's retry
+	// budget through a reconfiguration, 30s, so failover is not cut short).
+	Timeout time.Duration
+	// AttrTimeout is how long the kernel may cache names and attributes.
+	// Default 0: every open revalidates (exact close-to-open consistency).
+	AttrTimeout time.Duration
+	// MaxRequest is max_read/max_write. Default 1 MiB (capped by the
+	// kernel's fs.fuse.max_pages_limit).
+	MaxRequest int
+	// MaxBackground is how many asynchronous requests (reads, direct I/O
+	// with io_depth) the kernel keeps in flight. Default 256.
+	MaxBackground int
+	// MaxBatch is the most reads gathered into one ReadBatch. Default 128.
+	MaxBatch int
+	// Dispatchers is how many ReadBatch calls may run at once. Default 8.
+	Dispatchers int
+	// ReadAhead is the read-ahead window of a handle read sequentially.
+	// Default 8 MiB; negative disables read-ahead.
+	ReadAhead int
+	// ReadAheadBlock is the size of each read-ahead read. Default 1 MiB.
+	ReadAheadBlock int
+	// ReadAheadMemory bounds the memory of all read-ahead windows.
+	// Default 256 MiB.
+	ReadAheadMemory int64
+	// Direct opens backend files with fs.OpenOptions.Direct (O_DIRECT on
+	// local files), so reads through the mount are cold. Default false.
+	Direct bool
+	// AllowOther lets other users access the mount. Default false.
+	AllowOther bool
+	// FsName is the source shown in /proc/mounts. Default the backend's String().
+	FsName string
+	// Debug logs every FUSE request to Logger.
+	Debug bool
+	// Logger receives warnings (and debug output). Default: stderr.
+	Logger *log.Logger
+}
+
+func (o *Options) setDefaults() {
+	if o.Timeout <= 0 {
+		o.Timeout = 60 * time.Second
+	}
+	if o.MaxRequest <= 0 {
+		o.MaxRequest = 1 << 20
+	}
+	if o.MaxBackground <= 0 {
+		o.MaxBackground = 256
+	}
+	if o.MaxBatch <= 0 {
+		o.MaxBatch = 128
+	}
+	if o.Dispatchers <= 0 {
+		o.Dispatchers = 8
+	}
+	if o.ReadAhead == 0 {
+		o.ReadAhead = 8 << 20
+	}
+	if o.ReadAheadBlock <= 0 {
+		o.ReadAheadBlock = 1 << 20
+	}
+	if o.ReadAheadMemory <= 0 {
+		o.ReadAheadMemory = 256 << 20
+	}
+	if o.Logger == nil {
+		o.Logger = log.New(os.Stderr, "ffkit fuse: ", log.LstdFlags)
+	}
+}
+
+// Validate reports options that make no sense.
+func (o *Options) Validate() error {
+	if o.MaxRequest != 0 && (o.MaxRequest < 4096 || o.MaxRequest > 16<<20) {
+		return fmt.Errorf("%w: MaxRequest %d must be in [4 KiB, 16 MiB]", errkind.New(errkind.Usage, "fuse: bad options"), o.MaxRequest)
+	}
+	return nil
+}
+
+// Stats counts what a mount did since it started.
+type Stats struct {
+	Reads          int64 `json:"reads"`            // FUSE READ requests
+	ReadBytes      int64 `json:"read_bytes"`       // bytes returned by them
+	Writes         int64 `json:"writes"`           // FUSE WRITE requests
+	WriteBytes     int64 `json:"write_bytes"`      // bytes written
+	Batches        int64 `json:"batches"`          // ReadBatch calls for reads
+	BatchedReads   int64 `json:"batched_reads"`    // reads in those calls
+	ReadAheadHits  int64 `json:"read_ahead_hits"`  // reads served from read-ahead
+	ReadAheadBytes int64 `json:"read_ahead_bytes"` // bytes fetched by read-ahead
+	Errors         int64 `json:"errors"`           // requests answered with an errno
+}
+
+// Server is a mounted file system.
+type Server struct {
+	backend fs.FS
+	rw      fs.RandomAccessFS // nil if the backend cannot write at offsets
+	root    string            // path inside backend that the mount shows
+	mnt     string
+	opts    Options
+	srv     *gofuse.Server
+	uid     uint32
+	gid     uint32
+
+	ctx    context.Context // canceled by Unmount; parent of every backend call
+	cancel context.CancelFunc
+	wg     sync.WaitGroup // dispatchers and read-ahead fetches
+
+	queue   chan *readReq // reads waiting for a dispatcher
+	raSem   chan struct{} // one token per read-ahead block in flight or held
+	nextIno atomic.Uint64
+
+	stats struct {
+		reads, readBytes, writes, writeBytes, batches, batchedReads atomic.Int64
+		raHits, raBytes, errors                                     atomic.Int64
+	}
+
+	unmountOnce sync.Once
+	unmountErr  error
+}
+
+// Mount serves the directory root of backend at mountpoint. The mount is
+// ready when Mount returns. Call Unmount (or `ffkit fs umount`) to stop.
+func Mount(backend fs.FS, root, mountpoint string, opts Options) (*Server, error) {
+	if err := opts.Validate(); err != nil {
+		return nil, err
+	}
+	opts.setDefaults()
+	ctx, cancel := context.WithCancel(context.Background())
+	s := &Server{
+		backend: backend,
+		root:    root,
+		mnt:     mountpoint,
+		opts:    opts,
+		uid:     uint32(os.Getuid()),
+		gid:     uint32(os.Getgid()),
+		ctx:     ctx,
+		cancel:  cancel,
+		queue:   make(chan *readReq, 4*opts.MaxBatch),
+	}
+	if rw, ok := backend.(fs.RandomAccessFS); ok {
+		s.rw = rw
+	}
+	if s.opts.ReadAhead > 0 {
+		n := max(1, int(opts.ReadAheadMemory/int64(opts.ReadAheadBlock)))
+		s.raSem = make(chan struct{}, n)
+	}
+	s.nextIno.Store(1)
+
+	st, err := backend.Stat(ctx, root)
+	if err != nil {
+		cancel()
+		return nil, fmt.Errorf("%w: %s on %s: %w", ErrMount, root, backend, err)
+	}
+	if !st.IsDir {
+		cancel()
+		return nil, fmt.Errorf("%w: %s on %s is not a directory", ErrMount, root, backend)
+	}
+	if fi, err := os.Stat(mountpoint); err != nil || !fi.IsDir() {
+		cancel()
+		if err == nil {
+			err = syscall.ENOTDIR
+		}
+		return nil, fmt.Errorf("%w: mount point %s: %w", ErrMount, mountpoint, err)
+	}
+
+	for range opts.Dispatchers {
+		s.wg.Add(1)
+		go s.dispatch()
+	}
+
+	zero := opts.AttrTimeout
+	fsName := opts.FsName
+	if fsName == "" {
+		fsName = backend.String() + ":" + root
+	}
+	mo := gofuse.MountOptions{
+		AllowOther:               opts.AllowOther,
+		MaxBackground:            opts.MaxBackground,
+		MaxWrite:                 opts.MaxRequest,
+		MaxReadAhead:             opts.MaxRequest,
+		FsName:                   fsName,
+		Name:                     "ffkit",
+		DisableXAttrs:            true,
+		ExplicitDataCacheControl: true, // no GETATTR before every read; open drops stale pages
+		DisableSplice:            true, // replies come from Go memory; never bounded by the pipe size
+		Debug:                    opts.Debug,
+		Logger:                   opts.Logger,
+	}
+	if opts.ReadOnly {
+		mo.Options = append(mo.Options, "ro")
+	}
+	rootNode := &node{srv: s}
+	s.srv, err = gofs.Mount(mountpoint, rootNode, &gofs.Options{
+		MountOptions:    mo,
+		EntryTimeout:    &zero,
+		AttrTimeout:     &zero,
+		NegativeTimeout: &zero,
+		UID:             s.uid,
+		GID:             s.gid,
+		RootStableAttr:  &gofs.StableAttr{Ino: 1},
+		Logger:          opts.Logger,
+	})
+	if err != nil {
+		cancel()
+		s.wg.Wait()
+		return nil, fmt.Errorf("%w: %s: %w", ErrMount, mountpoint, err)
+	}
+	return s, nil
+}
+
+// Mountpoint is where the file system is mounted.
+func (s *Server) Mountpoint() string { return s.mnt }
+
+// Stats returns the counters so far.
+func (s *Server) Stats() Stats {
+	return Stats{
+		Reads: s.stats.reads.Load(), ReadBytes: s.stats.readBytes.Load(),
+		Writes: s.stats.writes.Load(), WriteBytes: s.stats.writeBytes.Load(),
+		Batches: s.stats.batches.Load(), BatchedReads: s.stats.batchedReads.Load(),
+		ReadAheadHits: s.stats.raHits.Load(), ReadAheadBytes: s.stats.raBytes.Load(),
+		Errors: s.stats.errors.Load(),
+	}
+}
+
+// Wait blocks until the file system is unmounted (by Unmount, by
+// `ffkit fs umount`, by fusermount3 -u) and its goroutines have stopped.
+func (s *Server) Wait() {
+	s.srv.Wait()
+	s.cancel()
+	s.wg.Wait()
+}
+
+// Unmount unmounts the file system and waits for its goroutines. If the
+// mount is busy (a process has its working directory in it), it is
+// detached lazily: it disappears from the namespace at once and is
+// released when the last user leaves.
+func (s *Server) Unmount() error {
+	s.unmountOnce.Do(func() {
+		err := s.srv.Unmount()
+		if err != nil {
+			// Busy: detach it so that no new caller enters, then stop serving.
+			if lerr := lazyUnmount(s.mnt); lerr != nil {
+				s.unmountErr = fmt.Errorf("unmount %s: %w (lazy unmount: %v)", s.mnt, err, lerr)
+			}
+		}
+		s.cancel()
+		s.srv.Wait()
+		s.wg.Wait()
+	})
+	return s.unmountErr
+}
+
+// Unmount unmounts the FUSE file system at mountpoint from outside the
+// serving process (as `fusermount3 -u`); the serving process then exits.
+// With lazy, a busy mount is detached instead of failing with EBUSY.
+func Unmount(mountpoint string, lazy bool) error {
+	args := []string{"-u"}
+	if lazy {
+		args = append(args, "-z")
+	}
+	bin, err := exec.LookPath("fusermount3")
+	if err != nil {
+		bin, err = exec.LookPath("fusermount")
+	}
+	if err == nil {
+		out, err := exec.Command(bin, append(args, mountpoint)...).CombinedOutput()
+		if err == nil {
+			return nil
+		}
+		msg := strings.TrimSpace(string(out))
+		if os.Geteuid() != 0 {
+			return fmt.Errorf("unmount %s: %s: %w", mountpoint, msg, err)
+		}
+	}
+	// Root without fusermount (or fusermount refused): umount(2) directly.
+	flags := 0
+	if lazy {
+		flags = syscall.MNT_DETACH
+	}
+	if err := syscall.Unmount(mountpoint, flags); err != nil {
+		return fmt.Errorf("unmount %s: %w", mountpoint, err)
+	}
+	return nil
+}
+
+func lazyUnmount(mnt string) error { return Unmount(mnt, true) }
+
+// IsMounted reports whether mountpoint is a FUSE mount of ffkit, from
+// /proc/self/mountinfo.
+func IsMounted(mountpoint string) bool {
+	data, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return false
+	}
+	want := path.Clean(mountpoint)
+	for _, line := range strings.Split(string(data), "\n") {
+		f := strings.Fields(line)
+		if len(f) < 10 {
+			continue
+		}
+		if unescapeMount(f[4]) != want {
+			continue
+		}
+		for i, x := range f {
+			if x == "-" && i+1 < len(f) && strings.HasPrefix(f[i+1], "fuse") {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+func unescapeMount(s string) string {
+	r := strings.NewReplacer(`\040`, " ", `\011`, "\t", `\012`, "\n", `\134`, `\`)
+	return r.Replace(s)
+}
+
+// backendPath is the backend path of rel, a slash path relative to the mount.
+func (s *Server) backendPath(rel string) string {
+	if rel == "" {
+		return s.root
+	}
+	return path.Join(s.root, rel)
+}
+
+// opContext bounds one backend call.
+func (s *Server) opContext() (context.Context, context.CancelFunc) {
+	return context.WithTimeout(s.ctx, s.opts.Timeout)
+}
+
+// bounded runs fn, a backend call that takes no context, under the
+// operation deadline: past it the caller gets ETIMEDOUT while fn finishes
+// (or fails) on its own. The goroutine is the backend's to end; the
+// backends bound their own calls (the cluster client's retry budget).
+func (s *Server) bounded(fn func() error) error {
+	ctx, cancel := s.opContext()
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- fn() }()
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+		return fmt.Errorf("fuse: storage call: %w", ctx.Err())
+	}
+}
+
+// errno counts and maps an error.
+func (s *Server) errno(err error) syscall.Errno {
+	if err == nil {
+		return 0
+	}
+	s.stats.errors.Add(1)
+	return Errno(err)
+}
+
+var errClosed = errors.New("fuse: file system unmounted")

@@ -1,0 +1,574 @@
+package fuse
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	gofs "github.com/hanwen/go-fuse/v2/fs"
+	gofuse "github.com/hanwen/go-fuse/v2/fuse"
+
+	"github.com/ffkit/ffkit/fs"
+)
+
+// node is a file or directory of the mount. It holds no path: its path is
+// found from go-fuse's tree on every call, so a rename anywhere above it
+// is seen at once.
+type node struct {
+	gofs.Inode
+	srv *Server
+
+	mu sync.Mutex
+	// wf is the one backend write file shared by every write handle of
+	// this node, so that reads, stats and truncates of the node see all
+	// of their writes. Opened by the first write open, closed by the last
+	// release (wfRefs counts them). Guarded by mu.
+	wf     fs.WriteFile
+	wfRefs int
+	// seq is a new file written sequentially over a backend without
+	// fs.RandomAccessFS, published on flush. Guarded by mu.
+	seq *seqHandle
+	// mtime is the time of the last write through this mount; zero if
+	// none. Guarded by mu.
+	mtime time.Time
+	// seen is the modification time last read from the storage, for a
+	// node unlinked while open. Guarded by mu.
+	seen time.Time
+}
+
+var (
+	_ gofs.NodeLookuper       = (*node)(nil)
+	_ gofs.NodeGetattrer      = (*node)(nil)
+	_ gofs.NodeSetattrer      = (*node)(nil)
+	_ gofs.NodeOpener         = (*node)(nil)
+	_ gofs.NodeCreater        = (*node)(nil)
+	_ gofs.NodeMkdirer        = (*node)(nil)
+	_ gofs.NodeUnlinker       = (*node)(nil)
+	_ gofs.NodeRmdirer        = (*node)(nil)
+	_ gofs.NodeRenamer        = (*node)(nil)
+	_ gofs.NodeStatfser       = (*node)(nil)
+	_ gofs.NodeOpendirHandler = (*node)(nil)
+)
+
+// relPath is the node's path relative to the mount root; ok is false for
+// a node no longer in the tree (unlinked while open).
+func (n *node) relPath() (string, bool) {
+	root := n.Root()
+	var segs []string
+	p := n.EmbeddedInode()
+	for p != root {
+		name, parent := p.Parent()
+		if parent == nil {
+			return "", false
+		}
+		segs = append(segs, name)
+		p = parent
+	}
+	slices.Reverse(segs)
+	return strings.Join(segs, "/"), true
+}
+
+// path is the node's backend path.
+func (n *node) path() (string, syscall.Errno) {
+	rel, ok := n.relPath()
+	if !ok {
+		return "", syscall.ENOENT
+	}
+	return n.srv.backendPath(rel), 0
+}
+
+func (n *node) childPath(name string) (string, syscall.Errno) {
+	p, errno := n.path()
+	if errno != 0 {
+		return "", errno
+	}
+	return p + "/" + name, 0
+}
+
+// fillAttr describes a backend file or directory.
+func (s *Server) fillAttr(st fs.FileInfo, a *gofuse.Attr) {
+	mode := uint32(syscall.S_IFREG | 0o644)
+	nlink := uint32(1)
+	if st.IsDir {
+		mode = syscall.S_IFDIR | 0o755
+		nlink = 2
+	}
+	if s.opts.ReadOnly {
+		mode &^= 0o222
+	}
+	a.Mode = mode
+	a.Nlink = nlink
+	a.Size = uint64(max(st.Size, 0))
+	a.Blocks = (a.Size + 511) / 512
+	a.Blksize = uint32(s.opts.MaxRequest) // cp and stdio size their buffers by it
+	a.Owner = gofuse.Owner{Uid: s.uid, Gid: s.gid}
+	t := st.ModTime
+	if t.IsZero() {
+		t = time.Unix(0, 0)
+	}
+	a.SetTimes(&t, &t, &t)
+}
+
+// stat describes the node: from the open write file if any (it has the
+// newest length), else from the backend.
+func (n *node) stat(ctx context.Context, fh gofs.FileHandle) (fs.FileInfo, syscall.Errno) {
+	n.mu.Lock()
+	wf, seq, mtime := n.wf, n.seq, n.mtime
+	n.mu.Unlock()
+	p, errno := n.path()
+	if wf != nil || seq != nil {
+		st := fs.FileInfo{ModTime: mtime}
+		if wf != nil {
+			st.Size = wf.Size()
+		} else {
+			st.Size = seq.size()
+		}
+		if st.ModTime.IsZero() {
+			// Not written through this mount yet: the storage's time.
+			st.ModTime = n.lastModTime()
+			if errno == 0 {
+				if bst, err := n.srv.backend.Stat(ctx, p); err == nil {
+					st.ModTime = bst.ModTime
+					n.setLastModTime(bst.ModTime)
+				}
+			}
+		}
+		return st, 0
+	}
+	if errno != 0 {
+		// Unlinked while open: what the open handle knows.
+		if h, ok := fh.(*readHandle); ok {
+			return fs.FileInfo{Size: h.f.Size(), ModTime: n.lastModTime()}, 0
+		}
+		return fs.FileInfo{}, errno
+	}
+	st, err := n.srv.backend.Stat(ctx, p)
+	if err != nil {
+		return fs.FileInfo{}, n.srv.errno(err)
+	}
+	n.setLastModTime(st.ModTime)
+	return st, 0
+}
+
+// lastModTime is the modification time last seen in the storage.
+func (n *node) lastModTime() time.Time {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.seen
+}
+
+func (n *node) setLastModTime(t time.Time) {
+	n.mu.Lock()
+	n.seen = t
+	n.mu.Unlock()
+}
+
+func (n *node) Getattr(_ context.Context, fh gofs.FileHandle, out *gofuse.AttrOut) syscall.Errno {
+	ctx, cancel := n.srv.opContext()
+	defer cancel()
+	st, errno := n.stat(ctx, fh)
+	if errno != 0 {
+		return errno
+	}
+	n.srv.fillAttr(st, &out.Attr)
+	if n.IsDir() {
+		out.Mode = syscall.S_IFDIR | (out.Mode & 0o7777)
+	}
+	if _, ok := n.relPath(); !ok {
+		out.Nlink = 0 // unlinked while open
+	}
+	return 0
+}
+
+// newChild returns the inode for a backend entry: the one the kernel
+// already knows under that name if it is still the same kind of file, so
+// that an inode number stays the same while it is cached.
+func (n *node) newChild(ctx context.Context, name string, isDir bool) *gofs.Inode {
+	mode := uint32(syscall.S_IFREG)
+	if isDir {
+		mode = syscall.S_IFDIR
+	}
+	if c := n.GetChild(name); c != nil && c.Mode()&syscall.S_IFMT == mode {
+		return c
+	}
+	return n.NewInode(ctx, &node{srv: n.srv}, gofs.StableAttr{Mode: mode, Ino: n.srv.nextIno.Add(1)})
+}
+
+func (n *node) Lookup(_ context.Context, name string, out *gofuse.EntryOut) (*gofs.Inode, syscall.Errno) {
+	p, errno := n.childPath(name)
+	if errno != 0 {
+		return nil, errno
+	}
+	ctx, cancel := n.srv.opContext()
+	defer cancel()
+	st, err := n.srv.backend.Stat(ctx, p)
+	if err != nil {
+		return nil, n.srv.errno(err)
+	}
+	child := n.newChild(ctx, name, st.IsDir)
+	if cn, ok := child.Operations().(*node); ok && !st.IsDir {
+		// A file this mount is writing: its open handle has the length.
+		if size, ok := cn.openSize(); ok {
+			st.Size = max(st.Size, size)
+		}
+	}
+	n.srv.fillAttr(st, &out.Attr)
+	return child, 0
+}
+
+// openSize is the length of the file as this mount's open write handle
+// sees it; ok is false when no write handle is open.
+func (n *node) openSize() (int64, bool) {
+	n.mu.Lock()
+	wf, seq := n.wf, n.seq
+	n.mu.Unlock()
+	switch {
+	case wf != nil:
+		return wf.Size(), true
+	case seq != nil:
+		return seq.size(), true
+	}
+	return 0, false
+}
+
+func (n *node) Setattr(_ context.Context, fh gofs.FileHandle, in *gofuse.SetAttrIn, out *gofuse.AttrOut) syscall.Errno {
+	ctx, cancel := n.srv.opContext()
+	defer cancel()
+	if size, ok := in.GetSize(); ok {
+		if n.srv.opts.ReadOnly {
+			return syscall.EROFS
+		}
+		if errno := n.truncate(ctx, int64(size)); errno != 0 {
+			return errno
+		}
+	}
+	// Modes, owners and times are not stored: accept and ignore (see doc).
+	st, errno := n.stat(ctx, fh)
+	if errno != 0 {
+		return errno
+	}
+	n.srv.fillAttr(st, &out.Attr)
+	return 0
+}
+
+func (n *node) truncate(ctx context.Context, size int64) syscall.Errno {
+	n.mu.Lock()
+	wf, seq := n.wf, n.seq
+	n.mu.Unlock()
+	switch {
+	case wf != nil:
+		if err := n.srv.bounded(func() error { return wf.Truncate(size) }); err != nil {
+			return n.srv.errno(err)
+		}
+	case seq != nil:
+		if errno := seq.truncate(size); errno != 0 {
+			return errno
+		}
+	default:
+		if n.srv.rw == nil {
+			return syscall.ENOTSUP
+		}
+		p, errno := n.path()
+		if errno != 0 {
+			return errno
+		}
+		if err := n.srv.rw.Truncate(ctx, p, size); err != nil {
+			return n.srv.errno(err)
+		}
+	}
+	n.touch()
+	return 0
+}
+
+func (n *node) touch() {
+	n.mu.Lock()
+	n.mtime = time.Now()
+	n.mu.Unlock()
+}
+
+func (n *node) Mkdir(_ context.Context, name string, mode uint32, out *gofuse.EntryOut) (*gofs.Inode, syscall.Errno) {
+	if n.srv.opts.ReadOnly {
+		return nil, syscall.EROFS
+	}
+	p, errno := n.childPath(name)
+	if errno != 0 {
+		return nil, errno
+	}
+	ctx, cancel := n.srv.opContext()
+	defer cancel()
+	if _, err := n.srv.backend.Stat(ctx, p); err == nil {
+		return nil, syscall.EEXIST
+	}
+	if err := n.srv.backend.MkdirAll(ctx, p); err != nil {
+		return nil, n.srv.errno(err)
+	}
+	st, err := n.srv.backend.Stat(ctx, p)
+	if err != nil {
+		return nil, n.srv.errno(err)
+	}
+	n.srv.fillAttr(st, &out.Attr)
+	return n.newChild(ctx, name, true), 0
+}
+
+func (n *node) Unlink(_ context.Context, name string) syscall.Errno {
+	return n.remove(name, false)
+}
+
+func (n *node) Rmdir(_ context.Context, name string) syscall.Errno {
+	return n.remove(name, true)
+}
+
+func (n *node) remove(name string, dir bool) syscall.Errno {
+	if n.srv.opts.ReadOnly {
+		return syscall.EROFS
+	}
+	p, errno := n.childPath(name)
+	if errno != 0 {
+		return errno
+	}
+	ctx, cancel := n.srv.opContext()
+	defer cancel()
+	st, err := n.srv.backend.Stat(ctx, p)
+	if err != nil {
+		return n.srv.errno(err)
+	}
+	switch {
+	case dir && !st.IsDir:
+		return syscall.ENOTDIR
+	case !dir && st.IsDir:
+		return syscall.EISDIR
+	case dir:
+		// fs.FS.Remove removes an empty directory; check so that every
+		// backend answers ENOTEMPTY the same way.
+		ents, err := n.srv.backend.List(ctx, p)
+		if err != nil {
+			return n.srv.errno(err)
+		}
+		if len(ents) > 0 {
+			return syscall.ENOTEMPTY
+		}
+	}
+	if err := n.srv.backend.Remove(ctx, p); err != nil {
+		return n.srv.errno(err)
+	}
+	return 0
+}
+
+// Rename moves a file or directory. flags: RENAME_NOREPLACE is honoured;
+// RENAME_EXCHANGE is not supported.
+func (n *node) Rename(_ context.Context, name string, newParent gofs.InodeEmbedder, newName string, flags uint32) syscall.Errno {
+	if n.srv.opts.ReadOnly {
+		return syscall.EROFS
+	}
+	const renameNoReplace, renameExchange = 1, 2
+	if flags&renameExchange != 0 {
+		return syscall.EINVAL
+	}
+	np, ok := newParent.(*node)
+	if !ok {
+		return syscall.EXDEV
+	}
+	oldp, errno := n.childPath(name)
+	if errno != 0 {
+		return errno
+	}
+	newp, errno := np.childPath(newName)
+	if errno != 0 {
+		return errno
+	}
+	ctx, cancel := n.srv.opContext()
+	defer cancel()
+	src, err := n.srv.backend.Stat(ctx, oldp)
+	if err != nil {
+		return n.srv.errno(err)
+	}
+	dstIsEmptyDir := false
+	if dst, err := n.srv.backend.Stat(ctx, newp); err == nil {
+		switch {
+		case flags&renameNoReplace != 0:
+			return syscall.EEXIST
+		case src.IsDir && !dst.IsDir:
+			return syscall.ENOTDIR
+		case !src.IsDir && dst.IsDir:
+			return syscall.EISDIR
+		case dst.IsDir:
+			ents, err := n.srv.backend.List(ctx, newp)
+			if err != nil {
+				return n.srv.errno(err)
+			}
+			if len(ents) > 0 {
+				return syscall.ENOTEMPTY
+			}
+			dstIsEmptyDir = true
+		}
+	}
+	if src.IsDir && strings.HasPrefix(newp+"/", oldp+"/") {
+		return syscall.EINVAL // into itself
+	}
+	// A file being written sequentially is not in the backend yet.
+	if c := n.GetChild(name); c != nil {
+		if cn, ok := c.Operations().(*node); ok {
+			cn.mu.Lock()
+			seq := cn.seq
+			cn.mu.Unlock()
+			if seq != nil {
+				return syscall.EBUSY
+			}
+		}
+	}
+	if dstIsEmptyDir {
+		// fs.FS.Rename replaces files only (as os.Rename): make room.
+		if err := n.srv.backend.Remove(ctx, newp); err != nil {
+			return n.srv.errno(err)
+		}
+	}
+	if err := n.srv.backend.Rename(ctx, oldp, newp); err != nil {
+		return n.srv.errno(err)
+	}
+	return 0
+}
+
+func (n *node) Statfs(_ context.Context, out *gofuse.StatfsOut) syscall.Errno {
+	const bsize = 4096
+	out.Bsize = bsize
+	out.Frsize = bsize
+	out.NameLen = 255
+	sf, ok := n.srv.backend.(fs.StatFSer)
+	if !ok {
+		// Unknown capacity: report a large, mostly free file system
+		// rather than a full one, which would stop writers.
+		out.Blocks = 1 << 40 / bsize
+		out.Bfree = out.Blocks
+		out.Bavail = out.Blocks
+		return 0
+	}
+	ctx, cancel := n.srv.opContext()
+	defer cancel()
+	u, err := sf.StatFS(ctx, n.srv.root)
+	if err != nil {
+		return n.srv.errno(err)
+	}
+	out.Blocks = uint64(u.Total / bsize)
+	out.Bfree = uint64(u.Free / bsize)
+	out.Bavail = uint64(u.Free / bsize)
+	out.Files = uint64(u.Files)
+	out.Ffree = uint64(u.FreeFiles)
+	return 0
+}
+
+// OpendirHandle lists the directory once; READDIRPLUS then answers from
+// the listing instead of a stat per entry.
+func (n *node) OpendirHandle(_ context.Context, flags uint32) (gofs.FileHandle, uint32, syscall.Errno) {
+	p, errno := n.path()
+	if errno != 0 {
+		return nil, 0, errno
+	}
+	return &dirHandle{n: n, path: p}, 0, 0
+}
+
+// dirHandle is an open directory. The listing is taken at the first read
+// after open or rewind, so a listing reflects the directory at that time.
+type dirHandle struct {
+	n    *node
+	path string
+
+	mu      sync.Mutex
+	ents    []fs.FileInfo // guarded by mu; nil until listed
+	listed  bool          // guarded by mu
+	idx     int           // next entry to return; guarded by mu
+	lastErr error
+}
+
+var (
+	_ gofs.FileReaddirenter = (*dirHandle)(nil)
+	_ gofs.FileSeekdirer    = (*dirHandle)(nil)
+	_ gofs.FileLookuper     = (*dirHandle)(nil)
+	_ gofs.FileReleasedirer = (*dirHandle)(nil)
+)
+
+func (d *dirHandle) list() syscall.Errno {
+	if d.listed {
+		return 0
+	}
+	ctx, cancel := d.n.srv.opContext()
+	defer cancel()
+	ents, err := d.n.srv.backend.List(ctx, d.path)
+	if err != nil {
+		return d.n.srv.errno(fmt.Errorf("list %s: %w", d.path, err))
+	}
+	d.ents, d.listed = ents, true
+	return 0
+}
+
+// Readdirent returns ".", "..", then the listing. Offsets are positions
+// in that sequence, so Seekdir can return to any of them.
+func (d *dirHandle) Readdirent(_ context.Context) (*gofuse.DirEntry, syscall.Errno) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if errno := d.list(); errno != 0 {
+		return nil, errno
+	}
+	i := d.idx
+	if i >= len(d.ents)+2 {
+		return nil, 0
+	}
+	d.idx++
+	de := &gofuse.DirEntry{Mode: syscall.S_IFDIR, Off: uint64(d.idx)}
+	switch i {
+	case 0:
+		de.Name, de.Ino = ".", d.n.StableAttr().Ino
+	case 1:
+		de.Name, de.Ino = "..", 1
+		if _, p := d.n.Parent(); p != nil {
+			de.Ino = p.StableAttr().Ino
+		}
+	default:
+		e := d.ents[i-2]
+		de.Name = e.Name
+		if !e.IsDir {
+			de.Mode = syscall.S_IFREG
+		}
+		if c := d.n.GetChild(e.Name); c != nil {
+			de.Ino = c.StableAttr().Ino
+		}
+	}
+	return de, 0
+}
+
+func (d *dirHandle) Seekdir(_ context.Context, off uint64) syscall.Errno {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if off == 0 {
+		d.listed, d.ents = false, nil // rewinddir: list again
+	}
+	d.idx = int(off)
+	return 0
+}
+
+// Lookup answers READDIRPLUS for the entry just returned by Readdirent.
+func (d *dirHandle) Lookup(ctx context.Context, name string, out *gofuse.EntryOut) (*gofs.Inode, syscall.Errno) {
+	d.mu.Lock()
+	var st fs.FileInfo
+	found := false
+	if i := d.idx - 3; i >= 0 && i < len(d.ents) && d.ents[i].Name == name {
+		st, found = d.ents[i], true
+	}
+	d.mu.Unlock()
+	if !found {
+		return d.n.Lookup(ctx, name, out)
+	}
+	child := d.n.newChild(ctx, name, st.IsDir)
+	if cn, ok := child.Operations().(*node); ok && !st.IsDir {
+		if size, ok := cn.openSize(); ok {
+			st.Size = max(st.Size, size)
+		}
+	}
+	d.n.srv.fillAttr(st, &out.Attr)
+	return child, 0
+}
+
+func (d *dirHandle) Releasedir(context.Context, uint32) {}
