@@ -100,8 +100,8 @@ func TestProperty(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if len(p1) != len(p2) || len(p1) != len(PlanShards(sizes, target)) {
-			t.Fatalf("shards: %d buffered, %d streamed, plan %d", len(p1), len(p2), len(PlanShards(sizes, target)))
+		if len(p1) != len(p2) || len(p1) != len(PlanShards(sizes, target, 0)) {
+			t.Fatalf("shards: %d buffered, %d streamed, plan %d", len(p1), len(p2), len(PlanShards(sizes, target, 0)))
 		}
 		for i := range p1 {
 			a, _ := os.ReadFile(p1[i])

@@ -269,9 +269,10 @@ func (h *header) checkOffsets() error {
 	return e
 }
 
-// encodeHeader returns the reference header bytes for the given sample
-// checksums and lengths, with the data starting right behind the header.
-func encodeHeader(crcs []uint32, lengths []int64) []byte {
+// encodeHeader returns the header bytes for the given sample checksums and
+// lengths, with the data starting at dataStart (HeaderLen(n) in files the
+// reference writes).
+func encodeHeader(crcs []uint32, lengths []int64, dataStart int64) []byte {
 	n := int64(len(crcs))
 	hl := HeaderLen(n)
 	b := make([]byte, hl)
@@ -279,7 +280,7 @@ func encodeHeader(crcs []uint32, lengths []int64) []byte {
 	for i, c := range crcs {
 		binary.LittleEndian.PutUint32(b[prefixLen+4*i:], c)
 	}
-	off := hl
+	off := dataStart
 	base := prefixLen + 4*n
 	for i, l := range lengths {
 		binary.LittleEndian.PutUint64(b[base+8*int64(i):], uint64(off))

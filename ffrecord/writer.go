@@ -23,6 +23,7 @@ const maxN = (1 << 62) / perSample
 type Writer struct {
 	path    string
 	n       int64
+	start   int64 // where the data starts
 	w       fs.Writer
 	wa      io.WriterAt // w's positional writes, when it has them
 	spool   *os.File    // samples spooled here when w cannot write at an offset
@@ -36,27 +37,63 @@ type Writer struct {
 // Create starts a file of n samples at path (a local path or a URL),
 // written under a temporary name and published by Close.
 func Create(ctx context.Context, p string, n int64) (*Writer, error) {
+	return CreateWith(ctx, p, n, WriterOptions{})
+}
+
+// WriterOptions tune a Writer. The zero value writes the reference's bytes.
+type WriterOptions struct {
+	// Align starts the first sample at a multiple of Align bytes (a power
+	// of two, e.g. 4096), leaving zeros between the header and the data.
+	// Every reader of the format reads such files (sample offsets are
+	// absolute); with samples whose sizes are multiples of Align, every
+	// sample is then aligned for O_DIRECT and a 4 KiB sample is one device
+	// read instead of two. 0 or 1: no gap, the reference's layout.
+	Align int64
+}
+
+// Validate checks the options.
+func (o WriterOptions) Validate() error {
+	if o.Align < 0 || o.Align > 1<<30 || (o.Align > 0 && o.Align&(o.Align-1) != 0) {
+		return fmt.Errorf("%w: alignment %d is not a power of two up to 1 GiB", ErrIndex, o.Align)
+	}
+	return nil
+}
+
+// CreateWith is Create with options.
+func CreateWith(ctx context.Context, p string, n int64, opts WriterOptions) (*Writer, error) {
 	if n < 0 || n > maxN {
 		return nil, fmt.Errorf("%w: cannot create %s with n = %d samples", ErrIndex, p, n)
+	}
+	if err := opts.Validate(); err != nil {
+		return nil, err
 	}
 	fsys, name, err := fs.Resolve(ctx, p)
 	if err != nil {
 		return nil, fmt.Errorf("ffrecord: %w", err)
 	}
-	return create(ctx, fsys, name, p, n)
+	return create(ctx, fsys, name, p, n, opts.Align)
 }
 
-func create(ctx context.Context, fsys fs.FS, name, display string, n int64) (*Writer, error) {
+// dataStart is where the samples of a file of n samples begin.
+func dataStart(n, align int64) int64 {
+	hl := HeaderLen(n)
+	if align <= 1 {
+		return hl
+	}
+	return (hl + align - 1) &^ (align - 1)
+}
+
+func create(ctx context.Context, fsys fs.FS, name, display string, n, align int64) (*Writer, error) {
 	w, err := fsys.Create(ctx, name)
 	if err != nil {
 		return nil, fmt.Errorf("ffrecord: create %s: %w", display, err)
 	}
 	c := min(n, 1<<20) // grown as samples arrive: n is the caller's claim
-	wr := &Writer{path: display, n: n, w: w, crcs: make([]uint32, 0, c), lengths: make([]int64, 0, c)}
+	wr := &Writer{path: display, n: n, start: dataStart(n, align), w: w, crcs: make([]uint32, 0, c), lengths: make([]int64, 0, c)}
 	if wa, ok := w.(io.WriterAt); ok {
 		wr.wa = wa
 		// A zero header now, the real one at Close, as the reference does.
-		if err := writeZeros(w, HeaderLen(n)); err != nil {
+		if err := writeZeros(w, wr.start); err != nil {
 			w.Close()
 			return nil, fmt.Errorf("ffrecord: %s: %w", display, err)
 		}
@@ -132,12 +169,15 @@ func (w *Writer) Close() error {
 		return w.err
 	}
 	w.done = true
-	hdr := encodeHeader(w.crcs, w.lengths)
+	hdr := encodeHeader(w.crcs, w.lengths, w.start)
 	var err error
 	if w.wa != nil {
 		_, err = w.wa.WriteAt(hdr, 0)
 	} else {
 		_, err = w.w.Write(hdr)
+		if err == nil {
+			err = writeZeros(w.w, w.start-int64(len(hdr)))
+		}
 		if err == nil {
 			err = w.spoolW.Flush()
 		}
@@ -193,12 +233,18 @@ type ShardOptions struct {
 	// ones are removed at Close). Default: refuse to write into a
 	// directory that holds *.ffr files.
 	Overwrite bool
+	// Align is WriterOptions.Align for every shard. Default 0: the
+	// reference's layout.
+	Align int64
 }
 
 // Validate checks the options.
 func (o ShardOptions) Validate() error {
 	if o.TargetSize < 0 {
 		return fmt.Errorf("%w: negative shard size %d", ErrIndex, o.TargetSize)
+	}
+	if err := (WriterOptions{Align: o.Align}).Validate(); err != nil {
+		return err
 	}
 	for i, s := range o.Sizes {
 		if s < 0 {
@@ -213,14 +259,14 @@ func ShardName(i int) string { return fmt.Sprintf("PART_%05d.ffr", i) }
 
 // PlanShards splits samples of the given lengths into shards by the rule
 // the ShardedWriter follows, returning each shard's sample count.
-func PlanShards(sizes []int64, target int64) []int64 {
+func PlanShards(sizes []int64, target, align int64) []int64 {
 	if target <= 0 {
 		target = DefaultShardSize
 	}
 	var out []int64
 	var n, bytes int64
 	for _, s := range sizes {
-		if n > 0 && HeaderLen(n+1)+bytes+s > target {
+		if n > 0 && dataStart(n+1, align)+bytes+s > target {
 			out = append(out, n)
 			n, bytes = 0, 0
 		}
@@ -284,7 +330,7 @@ func NewShardedWriter(ctx context.Context, dir string, opts ShardOptions) (*Shar
 	}
 	w := &ShardedWriter{ctx: ctx, fsys: fsys, dir: name, display: dir, opts: opts}
 	if opts.Sizes != nil {
-		w.plan = PlanShards(opts.Sizes, opts.TargetSize)
+		w.plan = PlanShards(opts.Sizes, opts.TargetSize, opts.Align)
 	}
 	return w, nil
 }
@@ -302,7 +348,7 @@ func (w *ShardedWriter) Write(b []byte) error {
 	}
 	s := int64(len(b))
 	n := int64(len(w.lens))
-	if n > 0 && HeaderLen(n+1)+int64(len(w.buf))+s > w.opts.TargetSize {
+	if n > 0 && dataStart(n+1, w.opts.Align)+int64(len(w.buf))+s > w.opts.TargetSize {
 		if err := w.flush(); err != nil {
 			return err
 		}
@@ -352,7 +398,7 @@ func (w *ShardedWriter) writeStreaming(b []byte) error {
 func (w *ShardedWriter) startShard(i int, n int64) (*Writer, error) {
 	final := path.Join(w.dir, ShardName(i))
 	pending := path.Join(w.dir, "."+ShardName(i)+".pending")
-	cw, err := create(w.ctx, w.fsys, pending, fs.Join(w.display, ShardName(i)), n)
+	cw, err := create(w.ctx, w.fsys, pending, fs.Join(w.display, ShardName(i)), n, w.opts.Align)
 	if err != nil {
 		return nil, err
 	}

@@ -242,6 +242,12 @@ func (l *FS) Create(ctx context.Context, name string) (fs.Writer, error) {
 	if err != nil {
 		return nil, err
 	}
+	// CreateTemp makes 0600 files; published files get the usual 0644.
+	if err := tmp.Chmod(0o644); err != nil {
+		tmp.Close()
+		os.Remove(tmp.Name())
+		return nil, err
+	}
 	return &writer{f: tmp, name: name, bw: bufio.NewWriterSize(tmp, 1<<20)}, nil
 }
 

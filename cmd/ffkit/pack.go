@@ -1,0 +1,615 @@
+package main
+
+import (
+	"archive/tar"
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/csv"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	iofs "io/fs"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/spf13/cobra"
+	"golang.org/x/sync/errgroup"
+	"golang.org/x/sync/semaphore"
+
+	"github.com/ffkit/ffkit/bench"
+	"github.com/ffkit/ffkit/ffrecord"
+	"github.com/ffkit/ffkit/fs"
+	"github.com/ffkit/ffkit/internal/errkind"
+)
+
+func init() { register(newPackCmd) }
+
+type packFlags struct {
+	out         string
+	shardSize   string
+	format      string
+	workers     int
+	indexFormat string
+	align       int64
+	force       bool
+}
+
+func newPackCmd() *cobra.Command {
+	var f packFlags
+	c := &cobra.Command{
+		Use:   "pack SRC -o OUT",
+		Short: "Pack a directory, a JSON Lines file or a tar archive into FFRecord",
+		Long: `Pack samples into FFRecord files.
+
+SRC is one of:
+  a directory   each regular file is one sample, in sorted relative-path order
+  a JSON Lines  each non-empty line is one sample (its bytes, without the newline)
+  a tar archive each regular member is one sample, in archive order
+
+OUT ending in .ffr is one file, byte-identical to what the reference FFRecord
+writer produces for the same samples in the same order. Any other OUT is a
+directory of shards PART_00000.ffr, PART_00001.ffr, ... rolled at --shard-size.
+
+A sidecar index maps each sample to its source name: OUT.index.jsonl next to a
+.ffr file, or OUT/index.jsonl in a directory (--index-format csv for CSV).
+The same inputs always give the same bytes. A progress bar is drawn when
+stderr is a terminal.`,
+		Example: `  ffkit pack images/ -o train.ffr
+  ffkit pack corpus.jsonl -o corpus/ --shard-size 64M
+  ffkit pack shards.tar -o ds --workers 16 --json`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return runPack(cmd.Context(), args[0], f, cmd.Flags().Changed("shard-size"))
+		},
+	}
+	c.Flags().StringVarP(&f.out, "output", "o", "", "output: a .ffr file, or a directory of shards (required)")
+	c.Flags().StringVar(&f.shardSize, "shard-size", "256M", "target shard size for directory output (K, M, G suffixes)")
+	c.Flags().StringVar(&f.format, "format", "auto", "source format: auto, files, jsonl or tar")
+	c.Flags().IntVar(&f.workers, "workers", 8, "source reads in flight")
+	c.Flags().StringVar(&f.indexFormat, "index-format", "jsonl", "sidecar index format: jsonl or csv")
+	c.Flags().Int64Var(&f.align, "align", 0, "start the data at a multiple of this many bytes (e.g. 4096, for O_DIRECT reads of page-sized samples); 0 = the reference's layout")
+	c.Flags().BoolVar(&f.force, "force", false, "replace an existing output")
+	c.MarkFlagRequired("output")
+	return c
+}
+
+// sample is one source sample: where its bytes are and what it is called.
+type sample struct {
+	name string // source name for the sidecar index
+	path string // file to read from
+	off  int64
+	size int64
+	// shared: one file holds many samples (jsonl, tar); kept open
+	shared bool
+}
+
+type packResult struct {
+	Samples   int64    `json:"samples"`
+	Files     []string `json:"files"`
+	Bytes     int64    `json:"bytes"`      // total size of the written files
+	DataBytes int64    `json:"data_bytes"` // total size of the samples
+	Index     string   `json:"index"`
+	Format    string   `json:"format"`
+	Seconds   float64  `json:"seconds"`
+	MiBPerSec float64  `json:"mib_s"` // sample bytes per second
+}
+
+func runPack(ctx context.Context, src string, f packFlags, shardSizeSet bool) error {
+	if f.workers <= 0 {
+		return usagef("--workers must be positive, got %d", f.workers)
+	}
+	if f.indexFormat != "jsonl" && f.indexFormat != "csv" {
+		return usagef("--index-format must be jsonl or csv, got %q", f.indexFormat)
+	}
+	if err := (ffrecord.WriterOptions{Align: f.align}).Validate(); err != nil {
+		return usageError{err}
+	}
+	single := strings.HasSuffix(f.out, ".ffr")
+	target, err := bench.ParseSize(f.shardSize)
+	if err != nil || target <= 0 {
+		return usagef("--shard-size %q: want a positive size such as 256M", f.shardSize)
+	}
+	if single && shardSizeSet {
+		return usagef("--shard-size applies to directory output; %s is one .ffr file", f.out)
+	}
+	format, err := detectFormat(src, f.format)
+	if err != nil {
+		return err
+	}
+	start := time.Now()
+	var samples []sample
+	switch format {
+	case "files":
+		samples, err = listFiles(ctx, src)
+	case "jsonl":
+		samples, err = listJSONL(ctx, src)
+	case "tar":
+		samples, err = listTar(ctx, src)
+	}
+	if err != nil {
+		return err
+	}
+	sizes := make([]int64, len(samples))
+	var total int64
+	for i, s := range samples {
+		sizes[i] = s.size
+		total += s.size
+	}
+
+	var res packResult
+	res.Format = format
+	var sink func([]byte) error
+	var finish func() ([]string, error)
+	var abort func()
+	if single {
+		if !f.force {
+			if _, err := os.Stat(f.out); err == nil {
+				return usagef("%s exists; use --force to replace it", f.out)
+			}
+		}
+		w, err := ffrecord.CreateWith(ctx, f.out, int64(len(samples)), ffrecord.WriterOptions{Align: f.align})
+		if err != nil {
+			return err
+		}
+		sink = w.WriteOne
+		finish = func() ([]string, error) { return []string{f.out}, w.Close() }
+		abort = w.Abort
+	} else {
+		w, err := ffrecord.NewShardedWriter(ctx, f.out, ffrecord.ShardOptions{
+			TargetSize: target, Sizes: sizes, Overwrite: f.force, Align: f.align})
+		if err != nil {
+			if errors.Is(err, fs.ErrExist) {
+				return usageError{fmt.Errorf("%w (use --force to replace it)", err)}
+			}
+			return err
+		}
+		sink = w.Write
+		finish = w.Close
+		abort = w.Abort
+	}
+
+	bar := newProgress(total, "pack")
+	if err := streamSamples(ctx, samples, f.workers, func(b []byte) error {
+		if err := sink(b); err != nil {
+			return err
+		}
+		bar.Add64(int64(len(b)))
+		return nil
+	}); err != nil {
+		abort()
+		return err
+	}
+	files, err := finish()
+	bar.Finish()
+	if err != nil {
+		return err
+	}
+	res.Files = files
+	res.Samples = int64(len(samples))
+	res.DataBytes = total
+	for _, p := range files {
+		if st, err := os.Stat(p); err == nil {
+			res.Bytes += st.Size()
+		}
+	}
+	res.Index, err = writeSidecar(ctx, f.out, single, f.indexFormat, samples, sizes, target, f.align)
+	if err != nil {
+		return err
+	}
+	res.Seconds = time.Since(start).Seconds()
+	if res.Seconds > 0 {
+		res.MiBPerSec = float64(total) / bench.MiB / res.Seconds
+	}
+	if jsonOut {
+		return printJSON(res)
+	}
+	fmt.Fprintf(human(), "packed %d samples (%s) from %s (%s) into %d file(s) at %s in %.2fs (%.1f MiB/s); index %s\n",
+		res.Samples, bench.FormatBytes(total), src, format, len(files), f.out, res.Seconds, res.MiBPerSec, res.Index)
+	return nil
+}
+
+func detectFormat(src, format string) (string, error) {
+	st, err := os.Stat(src)
+	if err != nil {
+		return "", fmt.Errorf("pack: source: %w", err)
+	}
+	switch format {
+	case "files":
+		if !st.IsDir() {
+			return "", usagef("--format files needs a directory; %s is a file", src)
+		}
+		return format, nil
+	case "jsonl", "tar":
+		if st.IsDir() {
+			return "", usagef("--format %s needs a file; %s is a directory", format, src)
+		}
+		return format, nil
+	case "auto":
+	default:
+		return "", usagef("--format must be auto, files, jsonl or tar, got %q", format)
+	}
+	if st.IsDir() {
+		return "files", nil
+	}
+	lower := strings.ToLower(src)
+	switch {
+	case strings.HasSuffix(lower, ".tar"):
+		return "tar", nil
+	case strings.HasSuffix(lower, ".jsonl"), strings.HasSuffix(lower, ".ndjson"), strings.HasSuffix(lower, ".json"):
+		return "jsonl", nil
+	}
+	head := make([]byte, 512)
+	fh, err := os.Open(src)
+	if err != nil {
+		return "", fmt.Errorf("pack: source: %w", err)
+	}
+	defer fh.Close()
+	n, _ := io.ReadFull(fh, head)
+	head = head[:n]
+	if n >= 263 && bytes.HasPrefix(head[257:], []byte("ustar")) {
+		return "tar", nil
+	}
+	if t := bytes.TrimLeft(head, " \t\r\n"); len(t) > 0 && (t[0] == '{' || t[0] == '[' || t[0] == '"') {
+		return "jsonl", nil
+	}
+	return "", usagef("cannot tell the format of %s: name it .tar or .jsonl, or pass --format", src)
+}
+
+// listFiles lists every regular file under dir, sorted by relative path
+// as byte strings (the order the reference is fed in `pack DIR`).
+func listFiles(ctx context.Context, dir string) ([]sample, error) {
+	var out []sample
+	err := filepath.WalkDir(dir, func(p string, d iofs.DirEntry, err error) error {
+		if err != nil {
+			return fmt.Errorf("pack: %w", err)
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if d.IsDir() {
+			return nil
+		}
+		info, err := os.Stat(p) // follows symlinks to files
+		if err != nil {
+			return fmt.Errorf("pack: %w", err)
+		}
+		if !info.Mode().IsRegular() {
+			return nil
+		}
+		rel, _ := filepath.Rel(dir, p)
+		out = append(out, sample{name: filepath.ToSlash(rel), path: p, size: info.Size()})
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	sort.Slice(out, func(a, b int) bool { return out[a].name < out[b].name })
+	return out, nil
+}
+
+// listJSONL indexes the lines of a JSON Lines file: each non-empty line
+// (without its "\n" or "\r\n") is one sample, named FILE:LINE.
+func listJSONL(ctx context.Context, path string) ([]sample, error) {
+	fh, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("pack: %w", err)
+	}
+	defer fh.Close()
+	base := filepath.Base(path)
+	br := bufio.NewReaderSize(fh, 1<<20)
+	var out []sample
+	var off int64
+	line := 0
+	for {
+		if line%65536 == 0 && ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		// ReadSlice keeps memory bounded for long lines: count their length only.
+		var length int64
+		var lastTwo [2]byte
+		var err error
+		for {
+			var chunk []byte
+			chunk, err = br.ReadSlice('\n')
+			length += int64(len(chunk))
+			if len(chunk) >= 2 {
+				lastTwo = [2]byte{chunk[len(chunk)-2], chunk[len(chunk)-1]}
+			} else if len(chunk) == 1 {
+				lastTwo = [2]byte{lastTwo[1], chunk[0]}
+			}
+			if err != bufio.ErrBufferFull {
+				break
+			}
+		}
+		if err != nil && err != io.EOF {
+			return nil, fmt.Errorf("pack: read %s: %w", path, err)
+		}
+		line++
+		content := length
+		if content > 0 && lastTwo[1] == '\n' {
+			content--
+			if content > 0 && lastTwo[0] == '\r' {
+				content--
+			}
+		}
+		if content > 0 {
+			out = append(out, sample{name: base + ":" + strconv.Itoa(line), path: path, off: off, size: content, shared: true})
+		}
+		off += length
+		if err == io.EOF {
+			break
+		}
+	}
+	return out, nil
+}
+
+// listTar indexes the regular members of an uncompressed tar archive.
+func listTar(ctx context.Context, path string) ([]sample, error) {
+	fh, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("pack: %w", err)
+	}
+	defer fh.Close()
+	var head [2]byte
+	if n, _ := fh.ReadAt(head[:], 0); n == 2 && head[0] == 0x1f && head[1] == 0x8b {
+		return nil, usagef("%s is gzip-compressed; decompress it first (pack reads members in place)", path)
+	}
+	tr := tar.NewReader(fh) // fh is an io.Seeker: Next skips member data without reading it
+	var out []sample
+	for {
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		h, err := tr.Next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return nil, errkind.Wrap(errkind.Data, fmt.Errorf("pack: %s: bad tar archive after %d members: %w", path, len(out), err))
+		}
+		switch h.Typeflag {
+		case tar.TypeReg, tar.TypeRegA: //nolint:staticcheck // old archives use TypeRegA
+		case tar.TypeGNUSparse:
+			return nil, usagef("%s: member %s is a sparse file, which pack does not support", path, h.Name)
+		default:
+			continue // directories, links, devices
+		}
+		pos, err := fh.Seek(0, io.SeekCurrent)
+		if err != nil {
+			return nil, fmt.Errorf("pack: %s: %w", path, err)
+		}
+		out = append(out, sample{name: h.Name, path: path, off: pos, size: h.Size, shared: true})
+	}
+	st, err := fh.Stat()
+	if err != nil {
+		return nil, err
+	}
+	for _, s := range out {
+		if s.off+s.size > st.Size() {
+			return nil, errkind.Wrap(errkind.Data, fmt.Errorf("pack: %s: member %s runs past the end of the archive", path, s.name))
+		}
+	}
+	return out, nil
+}
+
+// streamSamples reads the samples with up to workers reads in flight and
+// hands them to sink in order. Memory is bounded by a byte budget.
+func streamSamples(ctx context.Context, samples []sample, workers int, sink func([]byte) error) error {
+	const budget = 256 << 20
+	sem := semaphore.NewWeighted(budget)
+	type item struct {
+		data []byte
+		err  error
+		cost int64
+		done chan struct{}
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	queue := make(chan *item, 4*workers)
+	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error {
+		defer close(queue)
+		files := newFileCache()
+		defer files.close()
+		readers := &errgroup.Group{}
+		readers.SetLimit(workers)
+		defer readers.Wait()
+		for _, s := range samples {
+			it := &item{cost: min(s.size, budget), done: make(chan struct{})}
+			if err := sem.Acquire(gctx, it.cost); err != nil {
+				return err
+			}
+			select {
+			case queue <- it:
+			case <-gctx.Done():
+				sem.Release(it.cost)
+				return gctx.Err()
+			}
+			readers.Go(func() error {
+				defer close(it.done)
+				it.data = getBuf(s.size)
+				it.err = files.readAt(s, it.data)
+				return nil
+			})
+		}
+		return nil
+	})
+	g.Go(func() error {
+		for it := range queue {
+			select {
+			case <-it.done:
+			case <-gctx.Done():
+				return gctx.Err()
+			}
+			if it.err != nil {
+				return it.err
+			}
+			err := sink(it.data)
+			putBuf(it.data)
+			sem.Release(it.cost)
+			if err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	err := g.Wait()
+	if err != nil && ctx.Err() != nil && errors.Is(err, context.Canceled) {
+		return err
+	}
+	return err
+}
+
+// fileCache keeps source files open (one archive read by many workers).
+type fileCache struct {
+	mu    sync.Mutex
+	files map[string]*os.File // guarded by mu; only for shared sources
+}
+
+func newFileCache() *fileCache { return &fileCache{files: map[string]*os.File{}} }
+
+func (c *fileCache) readAt(s sample, buf []byte) error {
+	shared := s.shared
+	var fh *os.File
+	var err error
+	if shared {
+		c.mu.Lock()
+		fh = c.files[s.path]
+		if fh == nil {
+			fh, err = os.Open(s.path)
+			if err == nil {
+				c.files[s.path] = fh
+			}
+		}
+		c.mu.Unlock()
+	} else {
+		fh, err = os.Open(s.path)
+		if err == nil {
+			defer fh.Close()
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("pack: %w", err)
+	}
+	n, err := fh.ReadAt(buf, s.off)
+	if n == len(buf) {
+		return nil
+	}
+	if err == nil || errors.Is(err, io.EOF) {
+		return errkind.Wrap(errkind.Data, fmt.Errorf("pack: %s: source %s shrank while packing (read %d of %d bytes)", s.path, s.name, n, len(buf)))
+	}
+	return fmt.Errorf("pack: read %s: %w", s.name, err)
+}
+
+func (c *fileCache) close() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, f := range c.files {
+		f.Close()
+	}
+}
+
+// Buffers by power-of-two size class, so that packing many samples does
+// not allocate a buffer per sample.
+var bufPools [48]sync.Pool
+
+func sizeClass(n int64) int {
+	c := 0
+	for int64(1)<<c < n {
+		c++
+	}
+	return c
+}
+
+func getBuf(n int64) []byte {
+	c := sizeClass(n)
+	if c >= len(bufPools) {
+		return make([]byte, n)
+	}
+	if b, ok := bufPools[c].Get().(*[]byte); ok {
+		return (*b)[:n]
+	}
+	return make([]byte, n, int64(1)<<c)
+}
+
+func putBuf(b []byte) {
+	c := sizeClass(int64(cap(b)))
+	if c < len(bufPools) && int64(1)<<c == int64(cap(b)) {
+		bufPools[c].Put(&b)
+	}
+}
+
+// sidecarEntry is one line of the sidecar index.
+type sidecarEntry struct {
+	Index  int64  `json:"index"`
+	File   string `json:"file"`
+	Local  int64  `json:"local"`
+	Source string `json:"source"`
+	Size   int64  `json:"size"`
+}
+
+// writeSidecar writes the index from sample to source name.
+func writeSidecar(ctx context.Context, out string, single bool, format string, samples []sample, sizes []int64, target, align int64) (string, error) {
+	path := out + ".index." + format
+	if !single {
+		path = fs.Join(out, "index."+format)
+	}
+	fsys, name, err := fs.Resolve(ctx, path)
+	if err != nil {
+		return "", err
+	}
+	w, err := fsys.Create(ctx, name)
+	if err != nil {
+		return "", fmt.Errorf("pack: index %s: %w", path, err)
+	}
+	defer w.Close()
+	bw := bufio.NewWriterSize(w, 1<<20)
+	var cw *csv.Writer
+	enc := json.NewEncoder(bw)
+	if format == "csv" {
+		cw = csv.NewWriter(bw)
+		cw.Write([]string{"index", "file", "local", "source", "size"})
+	}
+	counts := []int64{int64(len(samples))}
+	if !single {
+		counts = ffrecord.PlanShards(sizes, target, align)
+	}
+	shard, local := 0, int64(0)
+	for i, s := range samples {
+		for shard < len(counts) && local >= counts[shard] {
+			shard++
+			local = 0
+		}
+		file := filepath.Base(out)
+		if !single {
+			file = ffrecord.ShardName(shard)
+		}
+		e := sidecarEntry{Index: int64(i), File: file, Local: local, Source: s.name, Size: s.size}
+		if cw != nil {
+			cw.Write([]string{strconv.FormatInt(e.Index, 10), e.File, strconv.FormatInt(e.Local, 10), e.Source, strconv.FormatInt(e.Size, 10)})
+		} else if err := enc.Encode(e); err != nil {
+			return "", err
+		}
+		local++
+	}
+	if cw != nil {
+		cw.Flush()
+		if err := cw.Error(); err != nil {
+			return "", err
+		}
+	}
+	if err := bw.Flush(); err != nil {
+		return "", fmt.Errorf("pack: index %s: %w", path, err)
+	}
+	if err := w.Commit(); err != nil {
+		return "", fmt.Errorf("pack: index %s: %w", path, err)
+	}
+	return path, nil
+}
