@@ -1,0 +1,323 @@
+package main
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/ffkit/ffkit/bench"
+	"github.com/ffkit/ffkit/loader"
+)
+
+func init() { register(newLoadCmd) }
+
+// loadSummary is what `ffkit load` reports (--json prints it as is).
+type loadSummary struct {
+	Paths         []string      `json:"paths"`
+	Samples       int64         `json:"samples"` // samples of one epoch's stream
+	Rank          int           `json:"rank"`
+	WorldSize     int           `json:"world_size"`
+	BatchSize     int           `json:"batch_size"`
+	Shuffle       string        `json:"shuffle"`
+	Seed          uint64        `json:"seed"`
+	Workers       int           `json:"workers"`
+	Prefetch      int           `json:"prefetch"`
+	Direct        bool          `json:"direct"`
+	Verify        bool          `json:"verify"`
+	Batches       int64         `json:"batches"`
+	Delivered     int64         `json:"delivered_samples"`
+	Bytes         int64         `json:"bytes"`
+	ElapsedS      float64       `json:"elapsed_s"`
+	SamplesPerS   float64       `json:"samples_per_s"`
+	MiBPerS       float64       `json:"mib_per_s"`
+	FirstBatchMs  float64       `json:"time_to_first_batch_ms"`
+	ConsumerWaitS float64       `json:"consumer_wait_s"`
+	ReadS         float64       `json:"read_s"`
+	Skipped       int64         `json:"skipped_samples"`
+	MemoryPeak    int64         `json:"memory_peak"`
+	MemoryBudget  int64         `json:"memory_budget"`
+	ReadsPerBatch float64       `json:"reads_per_batch"`
+	NearFrac      float64       `json:"neighbour_frac"`
+	Stopped       bool          `json:"stopped_early"`
+	State         *loader.State `json:"state,omitempty"`
+	StateFile     string        `json:"state_file,omitempty"`
+}
+
+func newLoadCmd() *cobra.Command {
+	var (
+		o                     loader.Options
+		printIdx              bool
+		saveState, resume     string
+		stopAfter             int64
+		ioConfig, budget, bad string
+		weights               string
+		watchdog              time.Duration
+	)
+	c := &cobra.Command{
+		Use:   "load PATH...",
+		Short: "Run the training data loader over a dataset and report its speed (or print its order)",
+		Long: `Runs ffkit's training data loader over an FFRecord dataset (files or
+directories of *.ffr, local paths or ffkit:// URLs) as one rank of a job
+would, and reports samples/s, MiB/s and how long the consumer waited.
+
+The order is a pure function of (seed, epoch, dataset size, rank, world
+size, batch size, drop-last): an exact permutation per epoch with
+--shuffle, split among ranks like PyTorch's DistributedSampler (padding by
+wrapping so every rank gets the same number of batches).
+
+--print-indices prints one line per batch, the sample indices in delivery
+order separated by spaces, and nothing else on stdout.
+
+--save-state FILE --stop-after-batches K stops after K batches and writes
+the loader state (a few integers and the dataset's fingerprint); --resume
+FILE continues from it, with the same or another --world-size/--rank:
+across the new ranks every remaining sample of the epoch is delivered
+exactly once. A state of other data is refused.
+
+Several PATHs are one dataset; with --weights they are a weighted mixture
+(one weight per PATH) with exact proportions per epoch.`,
+		Example: `  ffkit load /data/train --batch-size 256 --shuffle --seed 1 --epochs 2
+  ffkit load /data/train --shuffle --rank 0 --world-size 8 --print-indices
+  ffkit load /data/train --shuffle --save-state s.json --stop-after-batches 100
+  ffkit load /data/train --shuffle --resume s.json --rank 1 --world-size 4`,
+		Args: cobra.MinimumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			f := cmd.Flags()
+			if ioConfig != "" {
+				cfg, err := bench.ReadIOConfig(ioConfig)
+				if err != nil {
+					return err
+				}
+				if !f.Changed("workers") {
+					o.Workers = cfg.Threads * cfg.QueueDepth
+				}
+				if !f.Changed("direct") {
+					o.Direct = cfg.Direct
+				}
+			}
+			if budget != "" {
+				n, err := parseLoadBytes(budget)
+				if err != nil {
+					return usagef("--memory-budget: %v", err)
+				}
+				o.MemoryBudget = n
+			}
+			switch bad {
+			case "fail":
+				o.BadSamples = loader.Fail
+			case "skip":
+				o.BadSamples = loader.Skip
+			default:
+				return usagef("--bad-samples %q: want fail or skip", bad)
+			}
+			if o.Epochs < 1 {
+				return usagef("--epochs %d: want at least 1", o.Epochs)
+			}
+			if stopAfter < 0 {
+				return usagef("--stop-after-batches %d is negative", stopAfter)
+			}
+			if f.Changed("window") && o.BlockSize == 0 {
+				return usagef("--window needs --block-size")
+			}
+			if o.BlockSize > 0 && !o.Shuffle {
+				return usagef("--block-size needs --shuffle")
+			}
+			o.Watchdog = watchdog
+			if watchdog == 0 {
+				o.Watchdog = -1
+			}
+			o.Log = func(s string) { fmt.Fprintln(os.Stderr, "ffkit:", s) }
+
+			var l *loader.Loader
+			var err error
+			if weights != "" {
+				ws, werr := parseWeights(weights)
+				if werr != nil {
+					return usagef("--weights: %v", werr)
+				}
+				if len(ws) != len(args) {
+					return usagef("--weights has %d weights for %d paths", len(ws), len(args))
+				}
+				o.Weights = ws
+				sets := make([][]string, len(args))
+				for i, a := range args {
+					sets[i] = []string{a}
+				}
+				l, err = loader.OpenMixture(cmd.Context(), sets, o)
+			} else {
+				l, err = loader.Open(cmd.Context(), args, o)
+			}
+			if err != nil {
+				return err
+			}
+			defer l.Close()
+			if resume != "" {
+				st, err := loader.ReadStateFile(resume)
+				if err != nil {
+					return err
+				}
+				if err := l.Restore(st); err != nil {
+					return fmt.Errorf("--resume %s: %w", resume, err)
+				}
+			}
+
+			out := bufio.NewWriterSize(os.Stdout, 1<<16)
+			defer out.Flush()
+			quality := loader.NewOrderQuality(l)
+			var line []byte
+			var batches int64
+			stopped := false
+			for {
+				if stopAfter > 0 && batches >= stopAfter {
+					stopped = true
+					break
+				}
+				b, err := l.Next(cmd.Context())
+				if err == io.EOF {
+					break
+				}
+				if err != nil {
+					out.Flush()
+					return err
+				}
+				batches++
+				quality.Observe(b)
+				if printIdx {
+					line = line[:0]
+					for i, idx := range b.Indices {
+						if i > 0 {
+							line = append(line, ' ')
+						}
+						if b.Sources != nil {
+							line = strconv.AppendInt(line, int64(b.Sources[i]), 10)
+							line = append(line, ':')
+						}
+						line = strconv.AppendInt(line, idx, 10)
+					}
+					line = append(line, '\n')
+					if _, err := out.Write(line); err != nil {
+						return err
+					}
+				}
+				b.Release()
+			}
+			if err := out.Flush(); err != nil {
+				return err
+			}
+			st := l.State()
+			if saveState != "" {
+				if err := loader.WriteStateFile(saveState, st); err != nil {
+					return err
+				}
+			}
+			s := l.Stats()
+			sum := loadSummary{
+				Paths: args, Samples: l.Len(), Rank: o.Rank, WorldSize: max(o.WorldSize, 1), BatchSize: o.BatchSize,
+				Shuffle: st.Shuffle, Seed: o.Seed, Workers: o.Workers, Prefetch: o.Prefetch, Direct: o.Direct, Verify: !o.NoVerify,
+				Batches: s.Batches, Delivered: s.Samples, Bytes: s.Bytes, ElapsedS: s.Elapsed.Seconds(),
+				SamplesPerS: s.SamplesPerS, MiBPerS: s.BytesPerS / (1 << 20),
+				FirstBatchMs:  float64(s.FirstBatch) / 1e6,
+				ConsumerWaitS: s.ConsumerWait.Seconds(), ReadS: s.ReadTime.Seconds(), Skipped: s.Skipped,
+				MemoryPeak: s.MemoryPeak, MemoryBudget: s.MemoryBudget,
+				ReadsPerBatch: quality.ReadsPerBatch(), NearFrac: quality.NearFrac(),
+				Stopped: stopped, State: &st, StateFile: saveState,
+			}
+			if printIdx {
+				// stdout holds the indices only; the summary goes to stderr.
+				if !jsonOut {
+					return nil
+				}
+				fmt.Fprintln(os.Stderr, "ffkit: --print-indices owns stdout; summary:")
+				printLoadSummary(os.Stderr, sum)
+				return nil
+			}
+			if jsonOut {
+				return printJSON(sum)
+			}
+			printLoadSummary(os.Stdout, sum)
+			return nil
+		},
+	}
+	f := c.Flags()
+	f.IntVar(&o.BatchSize, "batch-size", loader.DefaultBatchSize, "samples per batch on each rank")
+	f.BoolVar(&o.Shuffle, "shuffle", false, "deliver each epoch as an exact pseudorandom permutation")
+	f.Uint64Var(&o.Seed, "seed", 0, "seed of the shuffle and of the per-sample augmentation seeds")
+	f.Int64Var(&o.Epochs, "epochs", 1, "number of epochs")
+	f.Int64Var(&o.StartEpoch, "start-epoch", 0, "first epoch")
+	f.IntVar(&o.Rank, "rank", 0, "this process's rank")
+	f.IntVar(&o.WorldSize, "world-size", 1, "number of ranks")
+	f.BoolVar(&o.DropLast, "drop-last", false, "deliver only whole batches on every rank (default: pad by wrapping to a multiple of the world size; the last batch may be short)")
+	f.IntVar(&o.Workers, "workers", loader.DefaultWorkers, "reads in flight per batch")
+	f.IntVar(&o.Prefetch, "prefetch", loader.DefaultPrefetch, "batches prepared ahead of the consumer")
+	f.BoolVar(&o.Direct, "direct", false, "read with O_DIRECT (bypass the page cache)")
+	f.BoolVar(&o.NoVerify, "no-verify", false, "skip the per-sample CRC-32 checks")
+	f.StringVar(&budget, "memory-budget", "1GiB", "bound on the bytes of batches in memory (prefetched or held), e.g. 256MiB")
+	f.Int64Var(&o.BlockSize, "block-size", 0, "block shuffle: permute blocks of this many consecutive samples, then samples within windows of --window blocks")
+	f.Int64Var(&o.Window, "window", loader.DefaultWindow, "block shuffle: blocks per shuffle window")
+	f.StringVar(&bad, "bad-samples", "fail", "bad-sample policy: fail, or skip (log file and index, repeat another sample of the batch)")
+	f.DurationVar(&watchdog, "watchdog", loader.DefaultWatchdog, "report the stuck stage and file when no batch arrives for this long (0: off)")
+	f.StringVar(&weights, "weights", "", "mix the PATHs as separate datasets with these weights, e.g. 0.7,0.3")
+	f.Int64Var(&o.MixtureEpoch, "mixture-epoch", 0, "samples per mixture epoch (default: the sum of the datasets' sizes)")
+	f.BoolVar(&printIdx, "print-indices", false, "print each batch's sample indices (one line per batch) and nothing else on stdout")
+	f.StringVar(&saveState, "save-state", "", "write the loader state to FILE when stopping")
+	f.Int64Var(&stopAfter, "stop-after-batches", 0, "stop after K batches (with --save-state: checkpoint there)")
+	f.StringVar(&resume, "resume", "", "continue from a state FILE written by --save-state")
+	f.StringVar(&ioConfig, "io-config", "", "JSON file from 'ffkit bench sweep': sets --workers (threads x queue depth) and --direct unless given")
+	return c
+}
+
+func printLoadSummary(w io.Writer, s loadSummary) {
+	fmt.Fprintf(w, "loaded %d batches, %d samples, %.1f MiB in %.2fs (rank %d of %d, batch %d, shuffle %s)\n",
+		s.Batches, s.Delivered, float64(s.Bytes)/(1<<20), s.ElapsedS, s.Rank, s.WorldSize, s.BatchSize, s.Shuffle)
+	fmt.Fprintf(w, "  %.0f samples/s, %.1f MiB/s\n", s.SamplesPerS, s.MiBPerS)
+	fmt.Fprintf(w, "  time to first batch %.1f ms; consumer waited %.2fs; reads took %.2fs (summed over batches in flight)\n",
+		s.FirstBatchMs, s.ConsumerWaitS, s.ReadS)
+	fmt.Fprintf(w, "  memory peak %.1f MiB of a %.1f MiB budget; %.1f read requests per batch; %.4f of consecutive samples are neighbours\n",
+		float64(s.MemoryPeak)/(1<<20), float64(s.MemoryBudget)/(1<<20), s.ReadsPerBatch, s.NearFrac)
+	if s.Skipped > 0 {
+		fmt.Fprintf(w, "  skipped %d bad samples\n", s.Skipped)
+	}
+	if s.StateFile != "" {
+		fmt.Fprintf(w, "  state (epoch %d, cursor %d) written to %s\n", s.State.Epoch, s.State.Cursor, s.StateFile)
+	}
+}
+
+func parseWeights(s string) ([]float64, error) {
+	var out []float64
+	for _, p := range strings.Split(s, ",") {
+		v, err := strconv.ParseFloat(strings.TrimSpace(p), 64)
+		if err != nil {
+			return nil, fmt.Errorf("%q is not a number", p)
+		}
+		out = append(out, v)
+	}
+	return out, nil
+}
+
+// parseLoadBytes reads a byte count: 1048576, 512K, 256MiB, 1G, 2GB.
+func parseLoadBytes(s string) (int64, error) {
+	t := strings.TrimSpace(strings.ToUpper(s))
+	mult := int64(1)
+	for _, u := range []struct {
+		suf string
+		m   int64
+	}{{"TIB", 1 << 40}, {"GIB", 1 << 30}, {"MIB", 1 << 20}, {"KIB", 1 << 10}, {"TB", 1 << 40}, {"GB", 1 << 30}, {"MB", 1 << 20}, {"KB", 1 << 10},
+		{"T", 1 << 40}, {"G", 1 << 30}, {"M", 1 << 20}, {"K", 1 << 10}, {"B", 1}} {
+		if strings.HasSuffix(t, u.suf) {
+			t, mult = strings.TrimSpace(strings.TrimSuffix(t, u.suf)), u.m
+			break
+		}
+	}
+	v, err := strconv.ParseFloat(t, 64)
+	if err != nil || v <= 0 {
+		return 0, errors.New("want a positive size such as 512MiB")
+	}
+	return int64(v * float64(mult)), nil
+}
