@@ -255,3 +255,81 @@ func TestIOConfigRoundTrip(t *testing.T) {
 		}
 	}
 }
+
+func TestFinishCountsInSpan(t *testing.T) {
+	// Writes at 64 MiB/s through the throttle, then a Finish (the fsync)
+	// that costs 1 s: the rate counts both.
+	clk := NewManualClock(time.Unix(0, 0))
+	dir := t.TempDir()
+	tfs := NewThrottledFS(localfs.New(), clk, 64*MiB, 0)
+	wr, err := tfs.Create(context.Background(), filepath.Join(dir, "f"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer wr.Close()
+	p := NewPattern(1<<20, 1)
+	res, err := Run(context.Background(), Options{Clock: clk, Count: 64,
+		Finish: func(ctx context.Context, w int) error { clk.Advance(time.Second); return wr.Commit() }},
+		func(ctx context.Context, w int, seq int64) (int64, error) {
+			n, err := wr.Write(p.Chunk(seq<<20, 1<<20))
+			return int64(n), err
+		})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !near(res.MiBPerSec, 32) || !near(res.Seconds, 2) {
+		t.Errorf("%.6f MiB/s over %.6fs; want 32 MiB/s over 2s", res.MiBPerSec, res.Seconds)
+	}
+	if res.Latency.MaxUS != 1e6/64 {
+		t.Errorf("write latency max %v us, want %v (Finish is not an op)", res.Latency.MaxUS, 1e6/64)
+	}
+	st, err := os.Stat(filepath.Join(dir, "f"))
+	if err != nil || st.Size() != 64<<20 {
+		t.Fatalf("committed file: %v %v", st, err)
+	}
+}
+
+func TestWorkdirCleanup(t *testing.T) {
+	ctx := context.Background()
+	parent := t.TempDir()
+	os.WriteFile(filepath.Join(parent, "theirs"), []byte("x"), 0o644)
+	w, err := OpenWorkdir(ctx, parent, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.WriteFile(ctx, "ours", []byte("hdr"), 10<<20+3, 1<<20); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(filepath.Join(parent, "ours"))
+	if err != nil || len(b) != 10<<20+6 || string(b[:3]) != "hdr" {
+		t.Fatalf("written %d bytes, %v", len(b), err)
+	}
+	// Chunks differ (stamped with their offset).
+	if bytes.Equal(b[3:3+1<<20], b[3+1<<20:3+2<<20]) {
+		t.Error("two chunks are identical")
+	}
+	if st, err := w.Cold(false, "ours"); err != nil || st == CacheWarm {
+		t.Errorf("cold: %v %v", st, err)
+	}
+	if err := w.Cleanup(ctx); err != nil {
+		t.Fatal(err)
+	}
+	ents, _ := os.ReadDir(parent)
+	if len(ents) != 1 || ents[0].Name() != "theirs" {
+		t.Errorf("after cleanup: %v", ents)
+	}
+	// A directory the benchmark created is removed when empty.
+	sub := filepath.Join(parent, "a", "b")
+	w, err = OpenWorkdir(ctx, sub, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.WriteFile(ctx, "x", nil, 10, 0)
+	w.Cleanup(ctx)
+	if _, err := os.Stat(sub); !os.IsNotExist(err) {
+		t.Errorf("created directory left: %v", err)
+	}
+	if _, err := OpenWorkdir(ctx, filepath.Join(parent, "theirs"), false); !errors.Is(err, ErrBadArg) {
+		t.Errorf("file as workdir: %v", err)
+	}
+}
