@@ -138,7 +138,7 @@ Several PATHs are one dataset; with --weights they are a weighted mixture
 			var l *loader.Loader
 			var err error
 			if weights != "" {
-				ws, werr := parseWeights(weights)
+				ws, werr := parseLoadWeights(weights)
 				if werr != nil {
 					return usagef("--weights: %v", werr)
 				}
@@ -289,7 +289,7 @@ func printLoadSummary(w io.Writer, s loadSummary) {
 	}
 }
 
-func parseWeights(s string) ([]float64, error) {
+func parseLoadWeights(s string) ([]float64, error) {
 	var out []float64
 	for _, p := range strings.Split(s, ",") {
 		v, err := strconv.ParseFloat(strings.TrimSpace(p), 64)
