@@ -80,8 +80,8 @@ stderr is a terminal.`,
 	return c
 }
 
-// sample is one source sample: where its bytes are and what it is called.
-type sample struct {
+// packSample is one source sample: where its bytes are and what it is called.
+type packSample struct {
 	name string // source name for the sidecar index
 	path string // file to read from
 	off  int64
@@ -98,7 +98,7 @@ type packResult struct {
 	Index     string   `json:"index"`
 	Format    string   `json:"format"`
 	Seconds   float64  `json:"seconds"`
-	MiBPerSec float64  `json:"mib_s"` // sample bytes per second
+	MiBPerSec float64  `json:"mib_s"` // packSample bytes per second
 }
 
 func runPack(ctx context.Context, src string, f packFlags, shardSizeSet bool) error {
@@ -119,19 +119,19 @@ func runPack(ctx context.Context, src string, f packFlags, shardSizeSet bool) er
 	if single && shardSizeSet {
 		return usagef("--shard-size applies to directory output; %s is one .ffr file", f.out)
 	}
-	format, err := detectFormat(src, f.format)
+	format, err := packDetectFormat(src, f.format)
 	if err != nil {
 		return err
 	}
 	start := time.Now()
-	var samples []sample
+	var samples []packSample
 	switch format {
 	case "files":
-		samples, err = listFiles(ctx, src)
+		samples, err = packListFiles(ctx, src)
 	case "jsonl":
-		samples, err = listJSONL(ctx, src)
+		samples, err = packListJSONL(ctx, src)
 	case "tar":
-		samples, err = listTar(ctx, src)
+		samples, err = packListTar(ctx, src)
 	}
 	if err != nil {
 		return err
@@ -176,7 +176,7 @@ func runPack(ctx context.Context, src string, f packFlags, shardSizeSet bool) er
 	}
 
 	bar := newProgress(total, "pack")
-	if err := streamSamples(ctx, samples, f.workers, func(b []byte) error {
+	if err := packStream(ctx, samples, f.workers, func(b []byte) error {
 		if err := sink(b); err != nil {
 			return err
 		}
@@ -199,7 +199,7 @@ func runPack(ctx context.Context, src string, f packFlags, shardSizeSet bool) er
 			res.Bytes += st.Size()
 		}
 	}
-	res.Index, err = writeSidecar(ctx, f.out, single, f.indexFormat, samples, sizes, target, f.align)
+	res.Index, err = packWriteIndex(ctx, f.out, single, f.indexFormat, samples, sizes, target, f.align)
 	if err != nil {
 		return err
 	}
@@ -215,7 +215,7 @@ func runPack(ctx context.Context, src string, f packFlags, shardSizeSet bool) er
 	return nil
 }
 
-func detectFormat(src, format string) (string, error) {
+func packDetectFormat(src, format string) (string, error) {
 	st, err := os.Stat(src)
 	if err != nil {
 		return "", fmt.Errorf("pack: source: %w", err)
@@ -262,10 +262,10 @@ func detectFormat(src, format string) (string, error) {
 	return "", usagef("cannot tell the format of %s: name it .tar or .jsonl, or pass --format", src)
 }
 
-// listFiles lists every regular file under dir, sorted by relative path
+// packListFiles lists every regular file under dir, sorted by relative path
 // as byte strings (the order the reference is fed in `pack DIR`).
-func listFiles(ctx context.Context, dir string) ([]sample, error) {
-	var out []sample
+func packListFiles(ctx context.Context, dir string) ([]packSample, error) {
+	var out []packSample
 	err := filepath.WalkDir(dir, func(p string, d iofs.DirEntry, err error) error {
 		if err != nil {
 			return fmt.Errorf("pack: %w", err)
@@ -284,7 +284,7 @@ func listFiles(ctx context.Context, dir string) ([]sample, error) {
 			return nil
 		}
 		rel, _ := filepath.Rel(dir, p)
-		out = append(out, sample{name: filepath.ToSlash(rel), path: p, size: info.Size()})
+		out = append(out, packSample{name: filepath.ToSlash(rel), path: p, size: info.Size()})
 		return nil
 	})
 	if err != nil {
@@ -294,9 +294,9 @@ func listFiles(ctx context.Context, dir string) ([]sample, error) {
 	return out, nil
 }
 
-// listJSONL indexes the lines of a JSON Lines file: each non-empty line
-// (without its "\n" or "\r\n") is one sample, named FILE:LINE.
-func listJSONL(ctx context.Context, path string) ([]sample, error) {
+// packListJSONL indexes the lines of a JSON Lines file: each non-empty line
+// (without its "\n" or "\r\n") is one packSample, named FILE:LINE.
+func packListJSONL(ctx context.Context, path string) ([]packSample, error) {
 	fh, err := os.Open(path)
 	if err != nil {
 		return nil, fmt.Errorf("pack: %w", err)
@@ -304,7 +304,7 @@ func listJSONL(ctx context.Context, path string) ([]sample, error) {
 	defer fh.Close()
 	base := filepath.Base(path)
 	br := bufio.NewReaderSize(fh, 1<<20)
-	var out []sample
+	var out []packSample
 	var off int64
 	line := 0
 	for {
@@ -340,7 +340,7 @@ func listJSONL(ctx context.Context, path string) ([]sample, error) {
 			}
 		}
 		if content > 0 {
-			out = append(out, sample{name: base + ":" + strconv.Itoa(line), path: path, off: off, size: content, shared: true})
+			out = append(out, packSample{name: base + ":" + strconv.Itoa(line), path: path, off: off, size: content, shared: true})
 		}
 		off += length
 		if err == io.EOF {
@@ -350,8 +350,8 @@ func listJSONL(ctx context.Context, path string) ([]sample, error) {
 	return out, nil
 }
 
-// listTar indexes the regular members of an uncompressed tar archive.
-func listTar(ctx context.Context, path string) ([]sample, error) {
+// packListTar indexes the regular members of an uncompressed tar archive.
+func packListTar(ctx context.Context, path string) ([]packSample, error) {
 	fh, err := os.Open(path)
 	if err != nil {
 		return nil, fmt.Errorf("pack: %w", err)
@@ -362,7 +362,7 @@ func listTar(ctx context.Context, path string) ([]sample, error) {
 		return nil, usagef("%s is gzip-compressed; decompress it first (pack reads members in place)", path)
 	}
 	tr := tar.NewReader(fh) // fh is an io.Seeker: Next skips member data without reading it
-	var out []sample
+	var out []packSample
 	for {
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
@@ -385,7 +385,7 @@ func listTar(ctx context.Context, path string) ([]sample, error) {
 		if err != nil {
 			return nil, fmt.Errorf("pack: %s: %w", path, err)
 		}
-		out = append(out, sample{name: h.Name, path: path, off: pos, size: h.Size, shared: true})
+		out = append(out, packSample{name: h.Name, path: path, off: pos, size: h.Size, shared: true})
 	}
 	st, err := fh.Stat()
 	if err != nil {
@@ -399,9 +399,9 @@ func listTar(ctx context.Context, path string) ([]sample, error) {
 	return out, nil
 }
 
-// streamSamples reads the samples with up to workers reads in flight and
+// packStream reads the samples with up to workers reads in flight and
 // hands them to sink in order. Memory is bounded by a byte budget.
-func streamSamples(ctx context.Context, samples []sample, workers int, sink func([]byte) error) error {
+func packStream(ctx context.Context, samples []packSample, workers int, sink func([]byte) error) error {
 	const budget = 256 << 20
 	sem := semaphore.NewWeighted(budget)
 	type item struct {
@@ -416,7 +416,7 @@ func streamSamples(ctx context.Context, samples []sample, workers int, sink func
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error {
 		defer close(queue)
-		files := newFileCache()
+		files := newPackFileCache()
 		defer files.close()
 		readers := &errgroup.Group{}
 		readers.SetLimit(workers)
@@ -434,7 +434,7 @@ func streamSamples(ctx context.Context, samples []sample, workers int, sink func
 			}
 			readers.Go(func() error {
 				defer close(it.done)
-				it.data = getBuf(s.size)
+				it.data = packGetBuf(s.size)
 				it.err = files.readAt(s, it.data)
 				return nil
 			})
@@ -452,7 +452,7 @@ func streamSamples(ctx context.Context, samples []sample, workers int, sink func
 				return it.err
 			}
 			err := sink(it.data)
-			putBuf(it.data)
+			packPutBuf(it.data)
 			sem.Release(it.cost)
 			if err != nil {
 				return err
@@ -467,15 +467,15 @@ func streamSamples(ctx context.Context, samples []sample, workers int, sink func
 	return err
 }
 
-// fileCache keeps source files open (one archive read by many workers).
-type fileCache struct {
+// packFileCache keeps source files open (one archive read by many workers).
+type packFileCache struct {
 	mu    sync.Mutex
 	files map[string]*os.File // guarded by mu; only for shared sources
 }
 
-func newFileCache() *fileCache { return &fileCache{files: map[string]*os.File{}} }
+func newPackFileCache() *packFileCache { return &packFileCache{files: map[string]*os.File{}} }
 
-func (c *fileCache) readAt(s sample, buf []byte) error {
+func (c *packFileCache) readAt(s packSample, buf []byte) error {
 	shared := s.shared
 	var fh *os.File
 	var err error
@@ -508,7 +508,7 @@ func (c *fileCache) readAt(s sample, buf []byte) error {
 	return fmt.Errorf("pack: read %s: %w", s.name, err)
 }
 
-func (c *fileCache) close() {
+func (c *packFileCache) close() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for _, f := range c.files {
@@ -517,10 +517,10 @@ func (c *fileCache) close() {
 }
 
 // Buffers by power-of-two size class, so that packing many samples does
-// not allocate a buffer per sample.
-var bufPools [48]sync.Pool
+// not allocate a buffer per packSample.
+var packBufPools [48]sync.Pool
 
-func sizeClass(n int64) int {
+func packSizeClass(n int64) int {
 	c := 0
 	for int64(1)<<c < n {
 		c++
@@ -528,26 +528,26 @@ func sizeClass(n int64) int {
 	return c
 }
 
-func getBuf(n int64) []byte {
-	c := sizeClass(n)
-	if c >= len(bufPools) {
+func packGetBuf(n int64) []byte {
+	c := packSizeClass(n)
+	if c >= len(packBufPools) {
 		return make([]byte, n)
 	}
-	if b, ok := bufPools[c].Get().(*[]byte); ok {
+	if b, ok := packBufPools[c].Get().(*[]byte); ok {
 		return (*b)[:n]
 	}
 	return make([]byte, n, int64(1)<<c)
 }
 
-func putBuf(b []byte) {
-	c := sizeClass(int64(cap(b)))
-	if c < len(bufPools) && int64(1)<<c == int64(cap(b)) {
-		bufPools[c].Put(&b)
+func packPutBuf(b []byte) {
+	c := packSizeClass(int64(cap(b)))
+	if c < len(packBufPools) && int64(1)<<c == int64(cap(b)) {
+		packBufPools[c].Put(&b)
 	}
 }
 
-// sidecarEntry is one line of the sidecar index.
-type sidecarEntry struct {
+// packIndexEntry is one line of the sidecar index.
+type packIndexEntry struct {
 	Index  int64  `json:"index"`
 	File   string `json:"file"`
 	Local  int64  `json:"local"`
@@ -555,8 +555,8 @@ type sidecarEntry struct {
 	Size   int64  `json:"size"`
 }
 
-// writeSidecar writes the index from sample to source name.
-func writeSidecar(ctx context.Context, out string, single bool, format string, samples []sample, sizes []int64, target, align int64) (string, error) {
+// packWriteIndex writes the index from packSample to source name.
+func packWriteIndex(ctx context.Context, out string, single bool, format string, samples []packSample, sizes []int64, target, align int64) (string, error) {
 	path := out + ".index." + format
 	if !single {
 		path = fs.Join(out, "index."+format)
@@ -591,7 +591,7 @@ func writeSidecar(ctx context.Context, out string, single bool, format string, s
 		if !single {
 			file = ffrecord.ShardName(shard)
 		}
-		e := sidecarEntry{Index: int64(i), File: file, Local: local, Source: s.name, Size: s.size}
+		e := packIndexEntry{Index: int64(i), File: file, Local: local, Source: s.name, Size: s.size}
 		if cw != nil {
 			cw.Write([]string{strconv.FormatInt(e.Index, 10), e.File, strconv.FormatInt(e.Local, 10), e.Source, strconv.FormatInt(e.Size, 10)})
 		} else if err := enc.Encode(e); err != nil {
