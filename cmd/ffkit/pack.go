@@ -98,7 +98,7 @@ type packResult struct {
 	Index     string   `json:"index"`
 	Format    string   `json:"format"`
 	Seconds   float64  `json:"seconds"`
-	MiBPerSec float64  `json:"mib_s"` // packSample bytes per second
+	MiBPerSec float64  `json:"mib_s"` // sample bytes per second
 }
 
 func runPack(ctx context.Context, src string, f packFlags, shardSizeSet bool) error {
@@ -295,7 +295,7 @@ func packListFiles(ctx context.Context, dir string) ([]packSample, error) {
 }
 
 // packListJSONL indexes the lines of a JSON Lines file: each non-empty line
-// (without its "\n" or "\r\n") is one packSample, named FILE:LINE.
+// (without its "\n" or "\r\n") is one sample, named FILE:LINE.
 func packListJSONL(ctx context.Context, path string) ([]packSample, error) {
 	fh, err := os.Open(path)
 	if err != nil {
@@ -517,7 +517,7 @@ func (c *packFileCache) close() {
 }
 
 // Buffers by power-of-two size class, so that packing many samples does
-// not allocate a buffer per packSample.
+// not allocate a buffer per sample.
 var packBufPools [48]sync.Pool
 
 func packSizeClass(n int64) int {
@@ -555,7 +555,7 @@ type packIndexEntry struct {
 	Size   int64  `json:"size"`
 }
 
-// packWriteIndex writes the index from packSample to source name.
+// packWriteIndex writes the index from sample to source name.
 func packWriteIndex(ctx context.Context, out string, single bool, format string, samples []packSample, sizes []int64, target, align int64) (string, error) {
 	path := out + ".index." + format
 	if !single {
