@@ -15,6 +15,16 @@ type segment struct {
 // newSegment creates a memfd of size bytes and maps it. Size 0 gives a
 // segment with no descriptor and no memory.
 func newSegment(name string, size int64) (*segment, error) {
+	return mapSegment(name, size, unix.MAP_POPULATE)
+}
+
+// newSparseSegment is newSegment without pre-faulting: pages take memory
+// only when first written.
+func newSparseSegment(name string, size int64) (*segment, error) {
+	return mapSegment(name, size, 0)
+}
+
+func mapSegment(name string, size int64, extra int) (*segment, error) {
 	if size == 0 {
 		return &segment{fd: -1}, nil
 	}
@@ -28,7 +38,7 @@ func newSegment(name string, size int64) (*segment, error) {
 	}
 	// MAP_POPULATE faults every page in one call instead of one trap per
 	// 4 KiB page while the reads fill it.
-	mem, err := unix.Mmap(fd, 0, int(size), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED|unix.MAP_POPULATE)
+	mem, err := unix.Mmap(fd, 0, int(size), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED|extra)
 	if err != nil {
 		unix.Close(fd)
 		return nil, fmt.Errorf("engine: map %d bytes of shared memory: %w", size, err)

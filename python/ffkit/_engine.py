@@ -346,3 +346,12 @@ class Handle:
                 e.call({"op": "close", "handle": hid})
             except Exception:
                 pass
+
+
+def map_ring(fd, size):
+    """Maps a loader's ring (no pre-faulting: it is sized for the worst case)
+    and closes fd. Returns the mmap object."""
+    try:
+        return mmap.mmap(fd, size, flags=mmap.MAP_SHARED, prot=mmap.PROT_READ | mmap.PROT_WRITE)
+    finally:
+        os.close(fd)

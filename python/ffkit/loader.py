@@ -1,0 +1,406 @@
+"""``ffkit.Loader``: shuffled, rank-sharded, resumable batches as numpy views.
+
+The Go loader runs in the engine helper process and reads each batch straight
+into a shared-memory ring that this process maps once; a batch arrives as a
+slot number plus sample positions, and its samples are numpy views of the
+ring. Nothing is copied into Python.
+
+When a batch's memory is reused
+-------------------------------
+A batch's slot goes back to the engine when the batch is *released*:
+
+- when ``batch.release()`` is called (or a ``with batch:`` block ends), or
+- when the last reference to the batch's memory is gone: the Batch object
+  and every array (or ``torch.from_numpy`` tensor) viewing it.
+
+So views stay valid as long as you hold them, and ``release()`` is the
+promise that you hold none any more (use ``batch.copy()`` for data you want to
+keep past it). The ring has ``prefetch + hold`` slots: holding more than
+``hold`` batches at once stalls the loader, so ``next()`` raises instead of
+hanging.
+
+Order and resume
+----------------
+The order of an epoch is a pure function of (seed, epoch, dataset size, rank,
+world size). Iterating runs the current epoch to its end; the next iteration
+runs the next epoch (``set_epoch`` picks one explicitly). ``state_dict()`` is
+a small dict (epoch, cursor into the epoch's global stream, dataset
+fingerprint) that ``load_state_dict`` accepts with any world size, rank or
+batch size: it sits inside a torchdata StatefulDataLoader checkpoint as is.
+"""
+import ctypes
+import os
+import threading
+import weakref
+
+import numpy as np
+
+from . import _engine, errors
+from .ffrecord import _paths
+
+
+def _dist_defaults(rank, world_size):
+    """rank and world size from torch.distributed when it is initialised (only
+    if torch is already imported), else from RANK / WORLD_SIZE."""
+    if rank is not None and world_size is not None:
+        return int(rank), int(world_size)
+    r = w = None
+    import sys
+
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        try:
+            dist = torch.distributed
+            if dist.is_available() and dist.is_initialized():
+                r, w = dist.get_rank(), dist.get_world_size()
+        except Exception:
+            pass
+    if r is None:
+        r = int(os.environ.get("RANK", "0"))
+        w = int(os.environ.get("WORLD_SIZE", "1"))
+    return (int(rank) if rank is not None else r), (int(world_size) if world_size is not None else w)
+
+
+class Batch:
+    """One batch. ``batch[i]`` / ``iter(batch)`` / ``batch.samples`` give 1-D
+    uint8 numpy views of shared memory, valid until the batch is released
+    (see the module documentation).
+
+    Attributes: ``indices`` (int64 array of sample indices), ``epoch``,
+    ``step`` (batch number in the epoch on this rank), ``padded`` (entries at
+    the end repeating earlier samples to balance ranks).
+    """
+
+    __slots__ = ("indices", "epoch", "step", "padded", "_pos", "_buf", "_fin", "_samples", "__weakref__")
+
+    def __init__(self, indices, epoch, step, padded, pos, buf, fin):
+        self.indices = indices
+        self.epoch = epoch
+        self.step = step
+        self.padded = padded
+        self._pos = pos  # (n, 2) int64 [start, end) within _buf
+        self._buf = buf  # uint8 view of the batch's slot
+        self._fin = fin
+        self._samples = None
+
+    def __len__(self):
+        return len(self.indices)
+
+    def __getitem__(self, i):
+        if self._buf is None:
+            raise ValueError("batch was released")
+        s, e = self._pos[i]
+        return self._buf[s:e]
+
+    @property
+    def samples(self):
+        """The samples as a list of uint8 views."""
+        if self._samples is None:
+            if self._buf is None:
+                raise ValueError("batch was released")
+            buf = self._buf
+            p = self._pos.tolist()
+            self._samples = [buf[s:e] for s, e in p]
+        return self._samples
+
+    def __iter__(self):
+        return iter(self.samples)
+
+    @property
+    def data(self):
+        """The slot's bytes as one uint8 array (samples are at ``positions``)."""
+        return self._buf
+
+    @property
+    def positions(self):
+        """(n, 2) int64 array: sample i is ``data[positions[i,0]:positions[i,1]]``."""
+        return self._pos
+
+    @property
+    def lengths(self):
+        return self._pos[:, 1] - self._pos[:, 0]
+
+    def stack(self):
+        """The samples as one (n, L) uint8 array when they all have length L:
+        a view when they lie end to end in order, else a copy."""
+        lens = self.lengths
+        n = len(lens)
+        if n == 0:
+            return np.empty((0, 0), dtype=np.uint8)
+        L = int(lens[0])
+        if not (lens == L).all():
+            raise ValueError("samples have different lengths")
+        start = int(self._pos[0, 0])
+        if (self._pos[:, 0] == start + L * np.arange(n)).all():
+            return self._buf[start : start + n * L].reshape(n, L)
+        return np.stack(self.samples)
+
+    def copy(self):
+        """Copies of the samples (owned arrays, valid after release)."""
+        return [s.copy() for s in self.samples]
+
+    def release(self):
+        """Hands the batch's memory back to the loader now. Views of it must
+        not be used afterwards."""
+        fin, self._fin = self._fin, None
+        self._buf = None
+        self._samples = None
+        if fin is not None:
+            fin()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.release()
+
+    def __repr__(self):
+        return f"Batch(epoch={self.epoch}, step={self.step}, n={len(self)})"
+
+
+class Loader:
+    """Batches of one rank's share of an FFRecord dataset.
+
+    Args:
+        path: a .ffr file, a directory of them, or a list of both.
+        batch_size: samples per batch on this rank.
+        shuffle: an exact pseudorandom permutation per epoch (default True).
+        seed: keys the shuffle.
+        rank, world_size: this process's share; default from
+            torch.distributed (when initialised) or RANK / WORLD_SIZE.
+        drop_last: drop what does not fill a batch on every rank.
+        prefetch: batches prepared ahead (default 4).
+        check_data: verify each sample's CRC-32 (default True).
+        hold: batches you may hold unreleased at once (default 2).
+        memory_budget: bytes of the shared ring (default: room for the
+            largest possible batch in every slot; the ring is sparse).
+        workers: reads in flight per batch (default 64).
+        skip_bad: substitute bad samples (logged) instead of failing.
+        direct: O_DIRECT reads (bypass the page cache).
+        block_size: block shuffle (samples of a block stay together).
+    """
+
+    def __init__(self, path, batch_size, shuffle=True, seed=0, rank=None, world_size=None, drop_last=False,
+                 prefetch=4, check_data=True, hold=2, memory_budget=None, workers=None, skip_bad=False,
+                 direct=False, block_size=0):
+        rank, world_size = _dist_defaults(rank, world_size)
+        self.paths = _paths(path)
+        self.batch_size = int(batch_size)
+        self.hold = int(hold)
+        self._open_header = {
+            "op": "loader_open", "paths": self.paths, "batch_size": self.batch_size, "shuffle": bool(shuffle),
+            "seed": int(seed), "rank": rank, "world_size": world_size, "drop_last": bool(drop_last),
+            "prefetch": int(prefetch), "hold": self.hold, "check_data": bool(check_data),
+            "direct": bool(direct), "workers": int(workers or 0), "memory_budget": int(memory_budget or 0),
+            "skip_bad": bool(skip_bad), "block_size": int(block_size),
+        }
+        self.rank, self.world_size = rank, world_size
+        self._eng = None
+        self._hid = None
+        self._gen = 0
+        self._released = []  # (generation, slot) of batches released; list.append is atomic
+        self._outstanding = 0
+        self._lock = threading.RLock()
+        self._pid = os.getpid()
+        self._state = None  # full state after the last batch handed out
+        self._stash = None  # first batch of the next epoch, read ahead
+        self._closed = False
+        self._ensure()
+        self._epoch = self._state["epoch"]
+
+    # -- engine plumbing ---------------------------------------------------
+
+    def _ensure(self):
+        if self._closed:
+            raise ValueError("Loader is closed")
+        e = _engine.get()
+        if self._eng is e:
+            return e
+        if self._pid != os.getpid():
+            # Forked: the inherited lock, ring and batches belong to the parent.
+            self._lock = threading.RLock()
+            self._pid = os.getpid()
+            self._stash = None
+            self._outstanding = 0
+        rep = e.call(dict(self._open_header))
+        h = rep.header
+        try:
+            ring = _engine.map_ring(rep.fds[0], h["slots"] * h["slot_size"])
+        finally:
+            rep.fds = []
+        self._gen += 1
+        self._eng, self._hid = e, h["handle"]
+        self._ring = ring
+        self._slots, self._slot_size = h["slots"], h["slot_size"]
+        self._slot_type = ctypes.c_uint8 * self._slot_size
+        self.n = h["n"]
+        self._batches = h["batches_per_epoch"]
+        self._outstanding = 0
+        self._released = []
+        template = h["state"]
+        if self._state is not None:
+            # A new helper (fork, or the old one died): continue where we were.
+            state = dict(self._state)
+            if state["cursor"] == 0 and state["step"] == 0:
+                rep = e.call({"op": "loader_set_epoch", "handle": self._hid, "epoch": state["epoch"]})
+            else:
+                rep = e.call({"op": "loader_restore", "handle": self._hid, "state": state})
+            template = rep.header["state"]
+        self._state = template
+        return e
+
+    def _call(self, header):
+        e = self._ensure()
+        header["handle"] = self._hid
+        rel = self._drain()
+        if rel:
+            header["release"] = rel
+        return e.call(header)
+
+    def _drain(self):
+        if not self._released:
+            return []
+        items, self._released = self._released, []
+        g = self._gen
+        out = [s for (gen, s) in items if gen == g]
+        self._outstanding -= len(out)
+        return out
+
+    def _on_release(self, gen, slot):
+        self._released.append((gen, slot))
+
+    # -- iteration ---------------------------------------------------------
+
+    def __len__(self):
+        """Batches per epoch on this rank."""
+        return self._batches
+
+    def _fetch(self):
+        if self._outstanding - len(self._released) >= self._slots:
+            import gc
+
+            gc.collect()
+            if self._outstanding - len(self._released) >= self._slots:
+                raise errors.UsageError(
+                    f"ffkit.Loader: {self._outstanding} batches are held unreleased and the ring has "
+                    f"{self._slots} slots; release batches (batch.release(), or drop references), "
+                    f"copy what you keep (batch.copy()), or raise hold= (now {self.hold})"
+                )
+        rep = self._call({"op": "loader_next"})
+        h = rep.header
+        if h.get("end"):
+            return None
+        n = h["n"]
+        body = np.frombuffer(rep.body, dtype="<i8")
+        indices = body[:n].copy()
+        slot = h["slot"]
+        base = slot * self._slot_size
+        pos = body[n:].reshape(n, 2) - base
+        mem = self._slot_type.from_buffer(self._ring, base)
+        buf = np.frombuffer(mem, dtype=np.uint8)
+        self._outstanding += 1
+        fin = weakref.finalize(mem, self._on_release, self._gen, slot)
+        st = h["state"]
+        self._state = dict(self._state, epoch=st["epoch"], cursor=st["cursor"], step=st["step"])
+        return Batch(indices, h["epoch"], h["step"], h["padded"], pos, buf, fin)
+
+    def __iter__(self):
+        epoch = self._epoch
+        while True:
+            with self._lock:
+                b = self._stash
+                self._stash = None
+                if b is None:
+                    b = self._fetch()
+                if b is None:
+                    return
+                if b.epoch != epoch:
+                    # The engine ran ahead into the next epoch: keep the batch
+                    # for the next iteration.
+                    self._stash = b
+                    self._epoch = b.epoch
+                    return
+            yield b
+            if self._state["epoch"] != epoch:
+                self._epoch = self._state["epoch"]
+                return
+
+    def set_epoch(self, epoch):
+        """Makes the next iteration run epoch ``epoch`` from its start."""
+        with self._lock:
+            stash, self._stash = self._stash, None
+            if stash is not None:
+                stash.release()
+            rep = self._call({"op": "loader_set_epoch", "epoch": int(epoch)})
+            self._state = rep.header["state"]
+            self._epoch = int(epoch)
+
+    def state_dict(self):
+        """Where the loader stands after the last batch handed out: a small
+        JSON-able dict (epoch, cursor, seed, dataset fingerprint...)."""
+        return dict(self._state)
+
+    def load_state_dict(self, state):
+        """Continues from a state_dict (any rank, world size or batch size);
+        refused for other data or another shuffle."""
+        with self._lock:
+            stash, self._stash = self._stash, None
+            if stash is not None:
+                stash.release()
+            rep = self._call({"op": "loader_restore", "state": dict(state)})
+            self._state = rep.header["state"]
+            self._epoch = self._state["epoch"]
+
+    @property
+    def epoch(self):
+        return self._epoch
+
+    def stats(self):
+        """The Go loader's counters (batches, bytes, read time, stalls...)."""
+        return self._call({"op": "loader_stats"}).header["stats"]
+
+    def close(self):
+        if self._closed:
+            return
+        self._stash = None
+        e, hid = self._eng, self._hid
+        self._eng = self._hid = None
+        self._closed = True
+        if e is not None and not e.dead and e.pid == os.getpid():
+            try:
+                e.call({"op": "close", "handle": hid})
+            except Exception:
+                pass
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:
+            pass
+
+    def __getstate__(self):
+        return {"open": self._open_header, "state": self._state, "epoch": self._epoch,
+                "batch_size": self.batch_size, "hold": self.hold, "paths": self.paths,
+                "rank": self.rank, "world_size": self.world_size}
+
+    def __setstate__(self, st):
+        self._open_header = st["open"]
+        self.paths, self.batch_size, self.hold = st["paths"], st["batch_size"], st["hold"]
+        self.rank, self.world_size = st["rank"], st["world_size"]
+        self._eng = self._hid = None
+        self._gen = 0
+        self._released = []
+        self._outstanding = 0
+        self._lock = threading.RLock()
+        self._pid = os.getpid()
+        self._state = st["state"]
+        self._stash = None
+        self._closed = False
+        self._ensure()
+        self._epoch = st["epoch"]
