@@ -583,3 +583,15 @@ func (t *Target) readCommitted(id proto.ChunkID, off, n int64, allowPending bool
 	}
 	return buf[off-lo : end-lo], v, nil
 }
+
+func equalU32(a, b []uint32) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}

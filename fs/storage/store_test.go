@@ -116,14 +116,3 @@ func TestStoreModel(t *testing.T) {
 	}
 }
 
-func equalU32(a, b []uint32) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
-}

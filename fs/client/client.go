@@ -1,0 +1,561 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"math/rand/v2"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"golang.org/x/sync/errgroup"
+
+	"github.com/ffkit/ffkit/fs"
+	"github.com/ffkit/ffkit/fs/proto"
+	"github.com/ffkit/ffkit/fs/transport"
+	"github.com/ffkit/ffkit/internal/errkind"
+)
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+func (o *Options) defaults() {
+	if o.Name == "" {
+		o.Name = "client"
+	}
+	if o.RetryTimeout <= 0 {
+		o.RetryTimeout = 60 * time.Second
+	}
+	if o.RequestTimeout <= 0 {
+		o.RequestTimeout = 10 * time.Second
+	}
+	if o.MaxInFlightPerNode <= 0 {
+		o.MaxInFlightPerNode = 8
+	}
+	if o.MaxBatchBytes <= 0 {
+		o.MaxBatchBytes = 4 << 20
+	}
+	if o.MaxBatchIOs <= 0 {
+		o.MaxBatchIOs = 128
+	}
+	if o.MergeGap <= 0 {
+		o.MergeGap = 64 << 10
+	}
+	if o.RefreshInterval <= 0 {
+		o.RefreshInterval = time.Second
+	}
+}
+
+// Client is a connection to an ffkit cluster (see the package comment).
+type Client struct {
+	opts     Options
+	mgmtd    []string
+	pool     *transport.Pool
+	routing  atomic.Pointer[proto.Routing]
+	clientID uint64
+	seq      atomic.Uint64
+
+	mu    sync.Mutex
+	nodes map[proto.NodeID]*nodeLoad // guarded by mu
+
+	refreshMu sync.Mutex // one routing fetch at a time
+	cancel    context.CancelFunc
+	wg        sync.WaitGroup
+}
+
+type nodeLoad struct {
+	sem      chan struct{} // bounds requests in flight to the node
+	inflight atomic.Int64  // bytes being read from the node (load balance)
+}
+
+// Dial connects to the cluster's mgmtd (any of addrs) and loads the
+// routing.
+func Dial(ctx context.Context, addrs []string, opts Options) (*Client, error) {
+	opts.defaults()
+	if len(addrs) == 0 {
+		return nil, fmt.Errorf("%w: no mgmtd address", ErrBadRequest)
+	}
+	if opts.Token == "" {
+		return nil, fmt.Errorf("%w: no cluster token (use --token-file or FFKIT_TOKEN)", ErrBadRequest)
+	}
+	c := &Client{opts: opts, mgmtd: addrs, nodes: map[proto.NodeID]*nodeLoad{},
+		pool:     transport.NewPool(transport.Options{Token: opts.Token, Name: opts.Name, Faults: transport.FaultsFromEnv()}),
+		clientID: rand.Uint64() | 1}
+	if err := c.refresh(ctx); err != nil {
+		c.pool.Close()
+		return nil, err
+	}
+	bctx, cancel := context.WithCancel(context.Background())
+	c.cancel = cancel
+	c.wg.Add(1)
+	go func() {
+		defer c.wg.Done()
+		t := time.NewTicker(opts.RefreshInterval)
+		defer t.Stop()
+		for {
+			select {
+			case <-bctx.Done():
+				return
+			case <-t.C:
+				c.refresh(bctx)
+			}
+		}
+	}()
+	return c, nil
+}
+
+// Close stops the background refresh and closes the connections.
+func (c *Client) Close() error {
+	c.cancel()
+	c.wg.Wait()
+	c.pool.Close()
+	return nil
+}
+
+// Routing returns the current routing snapshot (do not modify).
+func (c *Client) Routing() *Routing { return c.routing.Load() }
+
+// Chains returns the chain table's chain ids in table order.
+func (c *Client) Chains() []ChainID {
+	r := c.routing.Load()
+	ids := make([]ChainID, len(r.Chains))
+	for i, ch := range r.Chains {
+		ids[i] = ch.ID
+	}
+	return ids
+}
+
+// ChunkSize is the cluster's default chunk size.
+func (c *Client) ChunkSize() int64 {
+	if cs := c.routing.Load().ChunkSize; cs > 0 {
+		return cs
+	}
+	return proto.DefaultChunkSize
+}
+
+// Refresh fetches the routing from mgmtd now.
+func (c *Client) Refresh(ctx context.Context) error { return c.refresh(ctx) }
+
+func (c *Client) refresh(ctx context.Context) error {
+	c.refreshMu.Lock()
+	defer c.refreshMu.Unlock()
+	var errs []error
+	for _, addr := range c.mgmtd {
+		actx, cancel := context.WithTimeout(ctx, min(c.opts.RequestTimeout, 3*time.Second))
+		conn, err := c.pool.Get(actx, addr)
+		if err == nil {
+			var r proto.Routing
+			if _, err = conn.Call(actx, proto.MGetRouting, struct{}{}, nil, &r); err == nil {
+				cancel()
+				c.setRouting(&r)
+				return nil
+			}
+			if errors.Is(err, context.DeadlineExceeded) {
+				c.pool.Drop(addr)
+			}
+		}
+		cancel()
+		errs = append(errs, fmt.Errorf("%s: %w", addr, err))
+	}
+	return fmt.Errorf("%w: mgmtd unreachable: %w", fs.ErrUnavailable, errors.Join(errs...))
+}
+
+func (c *Client) setRouting(r *proto.Routing) {
+	for {
+		old := c.routing.Load()
+		if old != nil && r.Version <= old.Version {
+			return
+		}
+		if c.routing.CompareAndSwap(old, r) {
+			return
+		}
+	}
+}
+
+func (c *Client) node(id proto.NodeID) *nodeLoad {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n := c.nodes[id]
+	if n == nil {
+		n = &nodeLoad{sem: make(chan struct{}, c.opts.MaxInFlightPerNode)}
+		c.nodes[id] = n
+	}
+	return n
+}
+
+// retryable tells whether another attempt (after a refresh, elsewhere)
+// may succeed.
+func retryable(err error) bool {
+	if errors.Is(err, proto.ErrNoSpace) || errors.Is(err, proto.ErrBadRequest) || errors.Is(err, proto.ErrChecksum) {
+		return false
+	}
+	return proto.Retryable(err) || errors.Is(err, transport.ErrClosed) || errors.Is(err, transport.ErrPartitioned) ||
+		errors.Is(err, transport.ErrRefused) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, fs.ErrUnavailable) ||
+		errors.Is(err, proto.ErrNoChain) || errkind.Of(err) == errkind.Unavailable
+}
+
+// retry runs attempt until it succeeds, fails permanently, or the retry
+// budget runs out.
+func (c *Client) retry(ctx context.Context, what string, attempt func(ctx context.Context, r *proto.Routing) error) error {
+	deadline := time.Now().Add(c.opts.RetryTimeout)
+	backoff := 10 * time.Millisecond
+	for {
+		actx, cancel := context.WithTimeout(ctx, c.opts.RequestTimeout)
+		err := attempt(actx, c.routing.Load())
+		cancel()
+		if err == nil {
+			return nil
+		}
+		if ctx.Err() != nil {
+			return fmt.Errorf("%s: %w", what, ctx.Err())
+		}
+		if !retryable(err) {
+			return fmt.Errorf("%s: %w", what, err)
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%w: %s: gave up after %v: %w", fs.ErrUnavailable, what, c.opts.RetryTimeout, err)
+		}
+		wait := backoff
+		if errors.Is(err, proto.ErrNotCommitted) {
+			wait = min(wait, 5*time.Millisecond)
+		} else {
+			backoff = min(backoff*2, 500*time.Millisecond)
+		}
+		select {
+		case <-time.After(wait):
+		case <-ctx.Done():
+			return fmt.Errorf("%s: %w", what, ctx.Err())
+		}
+		if !errors.Is(err, proto.ErrNotCommitted) {
+			c.refresh(ctx)
+		}
+	}
+}
+
+// call sends one request to a storage node.
+func (c *Client) call(ctx context.Context, r *proto.Routing, node proto.NodeID, method uint16, req any, data [][]byte, resp any) ([]byte, error) {
+	addr := r.NodeAddr(node)
+	if addr == "" {
+		return nil, fmt.Errorf("%w: node %d has no address", proto.ErrTargetOffline, node)
+	}
+	conn, err := c.pool.Get(ctx, addr)
+	if err != nil {
+		return nil, err
+	}
+	out, err := conn.Call(ctx, method, req, data, resp)
+	if err != nil && errors.Is(err, context.DeadlineExceeded) {
+		c.pool.Drop(addr) // maybe partitioned or stuck: dial afresh next time
+	}
+	return out, err
+}
+
+func (c *Client) chain(r *proto.Routing, id ChainID) (*proto.Chain, error) {
+	ch := r.Chain(id)
+	if ch == nil {
+		return nil, fmt.Errorf("%w: chain %d not in routing v%d", proto.ErrNoChain, id, r.Version)
+	}
+	return ch, nil
+}
+
+func (c *Client) update(ctx context.Context, what string, req proto.WriteReq, data []byte) error {
+	req.Tag = proto.Tag{Client: c.clientID, Seq: c.seq.Add(1)}
+	return c.retry(ctx, what, func(ctx context.Context, r *proto.Routing) error {
+		ch, err := c.chain(r, req.Chain)
+		if err != nil {
+			return err
+		}
+		head, ok := ch.Head()
+		if !ok {
+			return fmt.Errorf("%w: chain %d has no serving head (%s)", proto.ErrTargetOffline, ch.ID, ch.String())
+		}
+		req.ChainVer = ch.Version
+		var resp proto.WriteResp
+		_, err = c.call(ctx, r, head.Node, proto.MWrite, req, [][]byte{data}, &resp)
+		return err
+	})
+}
+
+// WriteChunk writes data at off in one chunk; see the package comment.
+func (c *Client) WriteChunk(ctx context.Context, chain ChainID, chunk ChunkID, off int64, data []byte) error {
+	if off < 0 || off > MaxChunkSize || int64(len(data)) > MaxChunkSize-off {
+		return fmt.Errorf("%w: write [%d, +%d) of chunk %v is outside %d bytes", ErrBadRequest, off, len(data), chunk, MaxChunkSize)
+	}
+	req := proto.WriteReq{Chain: chain, Chunk: chunk, Op: proto.OpWrite, Off: off, CRC: crc32.Checksum(data, castagnoli)}
+	return c.update(ctx, fmt.Sprintf("write chunk %v on chain %d", chunk, chain), req, data)
+}
+
+// TruncateChunk sets a chunk's length.
+func (c *Client) TruncateChunk(ctx context.Context, chain ChainID, chunk ChunkID, length int64) error {
+	if length < 0 || length > MaxChunkSize {
+		return fmt.Errorf("%w: truncate chunk %v to %d", ErrBadRequest, chunk, length)
+	}
+	req := proto.WriteReq{Chain: chain, Chunk: chunk, Op: proto.OpTruncate, Off: length}
+	return c.update(ctx, fmt.Sprintf("truncate chunk %v on chain %d", chunk, chain), req, nil)
+}
+
+// RemoveChunks removes the chunks of inode with Index >= fromIndex on chain.
+func (c *Client) RemoveChunks(ctx context.Context, chain ChainID, inode, fromIndex uint64) error {
+	req := proto.RemoveReq{Tag: proto.Tag{Client: c.clientID, Seq: c.seq.Add(1)}, Chain: chain, Inode: inode, FromIndex: fromIndex}
+	return c.retry(ctx, fmt.Sprintf("remove chunks of inode %d on chain %d", inode, chain), func(ctx context.Context, r *proto.Routing) error {
+		ch, err := c.chain(r, chain)
+		if err != nil {
+			return err
+		}
+		head, ok := ch.Head()
+		if !ok {
+			return fmt.Errorf("%w: chain %d has no serving head", proto.ErrTargetOffline, ch.ID)
+		}
+		req.ChainVer = ch.Version
+		_, err = c.call(ctx, r, head.Node, proto.MRemove, req, nil, nil)
+		return err
+	})
+}
+
+// ListChunks lists the chunks of inode stored on chain, by index.
+func (c *Client) ListChunks(ctx context.Context, chain ChainID, inode uint64) ([]ChunkInfo, error) {
+	var out []ChunkInfo
+	err := c.retry(ctx, fmt.Sprintf("list chunks of inode %d on chain %d", inode, chain), func(ctx context.Context, r *proto.Routing) error {
+		ch, err := c.chain(r, chain)
+		if err != nil {
+			return err
+		}
+		rd := ch.Readable()
+		if len(rd) == 0 {
+			return fmt.Errorf("%w: chain %d has no serving target", proto.ErrTargetOffline, ch.ID)
+		}
+		t := rd[rand.IntN(len(rd))]
+		var resp proto.ListChunksResp
+		if _, err := c.call(ctx, r, t.Node, proto.MListChunks, proto.ListChunksReq{Chain: chain, ChainVer: ch.Version, Target: t.ID, Inode: inode}, nil, &resp); err != nil {
+			return err
+		}
+		out = out[:0]
+		for _, m := range resp.Chunks {
+			out = append(out, ChunkInfo{Index: m.Chunk.Index, Length: m.Length})
+		}
+		return nil
+	})
+	return out, err
+}
+
+// span is a merged range of one chunk covering several reads.
+type span struct {
+	chain    ChainID
+	chunk    ChunkID
+	off, end int64
+	members  []int
+	failed   map[proto.TargetID]bool // replicas that failed this span
+	checksum int                     // replicas that failed it by checksum
+	done     bool
+}
+
+// ReadChunks performs a batch of reads; see the package comment.
+func (c *Client) ReadChunks(ctx context.Context, reads []ChunkRead) error {
+	order := make([]int, 0, len(reads))
+	for i := range reads {
+		rd := &reads[i]
+		rd.N = 0
+		if rd.Off < 0 || rd.Off > MaxChunkSize || int64(len(rd.Buf)) > MaxChunkSize-rd.Off {
+			return fmt.Errorf("%w: read [%d, +%d) of chunk %v", ErrBadRequest, rd.Off, len(rd.Buf), rd.Chunk)
+		}
+		if len(rd.Buf) > 0 {
+			order = append(order, i)
+		}
+	}
+	slices.SortFunc(order, func(a, b int) int {
+		x, y := &reads[a], &reads[b]
+		if x.Chain != y.Chain {
+			return int(x.Chain) - int(y.Chain)
+		}
+		if x.Chunk != y.Chunk {
+			if x.Chunk.Inode != y.Chunk.Inode {
+				return cmpU(x.Chunk.Inode, y.Chunk.Inode)
+			}
+			return cmpU(x.Chunk.Index, y.Chunk.Index)
+		}
+		return cmpI(x.Off, y.Off)
+	})
+	var spans []*span
+	for _, i := range order {
+		rd := &reads[i]
+		end := rd.Off + int64(len(rd.Buf))
+		if n := len(spans); n > 0 {
+			sp := spans[n-1]
+			if sp.chain == rd.Chain && sp.chunk == rd.Chunk && rd.Off <= sp.end+c.opts.MergeGap {
+				sp.end = max(sp.end, end)
+				sp.members = append(sp.members, i)
+				continue
+			}
+		}
+		spans = append(spans, &span{chain: rd.Chain, chunk: rd.Chunk, off: rd.Off, end: end, members: []int{i}, failed: map[proto.TargetID]bool{}})
+	}
+	return c.retry(ctx, fmt.Sprintf("read %d ranges", len(reads)), func(ctx context.Context, r *proto.Routing) error {
+		return c.readAttempt(ctx, r, reads, spans)
+	})
+}
+
+func cmpU(a, b uint64) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+func cmpI(a, b int64) int { return cmpU(uint64(a-b+1<<62), 1<<62) }
+
+type batch struct {
+	node  proto.NodeID
+	spans []*span
+	ios   []proto.ReadIO
+	bytes int64
+}
+
+// readAttempt reads every span not done yet, once; it returns nil when all
+// are done, or the error that kept some from finishing.
+func (c *Client) readAttempt(ctx context.Context, r *proto.Routing, reads []ChunkRead, spans []*span) error {
+	batches := map[proto.NodeID][]*batch{}
+	var firstErr error
+	for _, sp := range spans {
+		if sp.done {
+			continue
+		}
+		ch, err := c.chain(r, sp.chain)
+		if err != nil {
+			return err
+		}
+		cands := ch.Readable()
+		if len(cands) == 0 {
+			firstErr = fmt.Errorf("%w: chain %d has no serving target (%s)", proto.ErrTargetOffline, ch.ID, ch.String())
+			continue
+		}
+		if sp.checksum >= len(cands) {
+			return fmt.Errorf("%w: chunk %v fails its checksum on every replica of chain %d", proto.ErrChecksum, sp.chunk, sp.chain)
+		}
+		var ok []proto.ChainTarget
+		for _, t := range cands {
+			if !sp.failed[t.ID] {
+				ok = append(ok, t)
+			}
+		}
+		if len(ok) == 0 {
+			clear(sp.failed) // every replica failed once: try them all again
+			ok = cands
+		}
+		// Least loaded node, random tie-break.
+		best := ok[rand.IntN(len(ok))]
+		bl := c.node(best.Node).inflight.Load()
+		for _, t := range ok {
+			if l := c.node(t.Node).inflight.Load(); l < bl {
+				best, bl = t, l
+			}
+		}
+		n := sp.end - sp.off
+		c.node(best.Node).inflight.Add(n)
+		bs := batches[best.Node]
+		if len(bs) == 0 || len(bs[len(bs)-1].ios) >= c.opts.MaxBatchIOs || bs[len(bs)-1].bytes+n > c.opts.MaxBatchBytes && len(bs[len(bs)-1].ios) > 0 {
+			bs = append(bs, &batch{node: best.Node})
+			batches[best.Node] = bs
+		}
+		b := bs[len(bs)-1]
+		b.spans = append(b.spans, sp)
+		b.ios = append(b.ios, proto.ReadIO{Chain: sp.chain, ChainVer: ch.Version, Target: best.ID, Chunk: sp.chunk, Off: sp.off, Len: n})
+		b.bytes += n
+	}
+	var mu sync.Mutex // guards firstErr
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(64)
+	for node, bs := range batches {
+		nl := c.node(node)
+		for _, b := range bs {
+			g.Go(func() error {
+				defer nl.inflight.Add(-b.bytes)
+				select {
+				case nl.sem <- struct{}{}:
+				case <-gctx.Done():
+					return gctx.Err()
+				}
+				err := c.readBatch(gctx, r, reads, b)
+				<-nl.sem
+				if err != nil {
+					mu.Lock()
+					if firstErr == nil || !retryable(err) {
+						firstErr = err
+					}
+					mu.Unlock()
+					if !retryable(err) {
+						return err
+					}
+				}
+				return nil
+			})
+		}
+	}
+	if err := g.Wait(); err != nil {
+		return err
+	}
+	for _, sp := range spans {
+		if !sp.done {
+			if firstErr == nil {
+				firstErr = fmt.Errorf("%w: chunk %v not read", proto.ErrTargetOffline, sp.chunk)
+			}
+			return firstErr
+		}
+	}
+	return nil
+}
+
+func (c *Client) readBatch(ctx context.Context, r *proto.Routing, reads []ChunkRead, b *batch) error {
+	var resp proto.BatchReadResp
+	data, err := c.call(ctx, r, b.node, proto.MBatchRead, proto.BatchReadReq{IOs: b.ios}, nil, &resp)
+	if err != nil {
+		for i, sp := range b.spans {
+			sp.failed[b.ios[i].Target] = true
+		}
+		return err
+	}
+	if len(resp.Results) != len(b.ios) {
+		return fmt.Errorf("%w: node %d answered %d results for %d reads", proto.ErrIO, b.node, len(resp.Results), len(b.ios))
+	}
+	var firstErr error
+	pos := int64(0)
+	for i, res := range resp.Results {
+		sp := b.spans[i]
+		if res.Code != "" {
+			e := error(&transport.RemoteError{Code: res.Code, Msg: res.Msg})
+			if errors.Is(e, proto.ErrChecksum) {
+				sp.checksum++
+			}
+			if !errors.Is(e, proto.ErrNotCommitted) {
+				sp.failed[b.ios[i].Target] = true
+			}
+			if firstErr == nil || !retryable(firstErr) {
+				firstErr = e
+			}
+			if errors.Is(e, proto.ErrChecksum) {
+				firstErr = fmt.Errorf("%w (retrying another replica)", proto.ErrTargetOffline)
+			}
+			continue
+		}
+		if res.N < 0 || res.N > b.ios[i].Len || pos+res.N > int64(len(data)) {
+			return fmt.Errorf("%w: node %d sent a malformed read reply", proto.ErrIO, b.node)
+		}
+		got := data[pos : pos+res.N]
+		pos += res.N
+		for _, m := range sp.members {
+			rd := &reads[m]
+			lo := rd.Off - sp.off
+			n := 0
+			if lo < int64(len(got)) {
+				n = copy(rd.Buf, got[lo:])
+			}
+			clear(rd.Buf[n:])
+			rd.N = n
+		}
+		sp.done = true
+	}
+	return firstErr
+}

@@ -1,0 +1,160 @@
+package client
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/ffkit/ffkit/fs/kv/memkv"
+	"github.com/ffkit/ffkit/fs/mgmtd"
+	"github.com/ffkit/ffkit/fs/proto"
+	"github.com/ffkit/ffkit/fs/storage"
+)
+
+type inproc struct {
+	m        *mgmtd.Server
+	storages []*storage.Service
+	dir      string
+	mopts    mgmtd.Options
+}
+
+func startStorage(t *testing.T, dir string, node int, maddr string) *storage.Service {
+	var tcs []storage.TargetConfig
+	for i := 1; i <= 2; i++ {
+		tcs = append(tcs, storage.TargetConfig{ID: proto.TargetID(node*100 + i), Dir: filepath.Join(dir, fmt.Sprintf("s%d/t%d", node, i))})
+	}
+	s, err := storage.Start(storage.Config{Node: proto.NodeID(node), Targets: tcs, Mgmtd: []string{maddr}, Token: "tok",
+		Logf: func(f string, a ...any) { t.Logf(f, a...) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func startInproc(t *testing.T) *inproc {
+	t.Helper()
+	c := &inproc{dir: t.TempDir()}
+	c.mopts = mgmtd.Options{Token: "tok", Store: memkv.New(memkv.Options{}), Replicas: 3, ExpectTargets: 6,
+		HeartbeatInterval: 50 * time.Millisecond, FailTimeout: 500 * time.Millisecond, UpdateInterval: 20 * time.Millisecond,
+		Logf: func(f string, a ...any) { t.Logf(f, a...) }}
+	var err error
+	c.m, err = mgmtd.Start(context.Background(), c.mopts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for n := 1; n <= 3; n++ {
+		c.storages = append(c.storages, startStorage(t, c.dir, n, c.m.Addr()))
+	}
+	t.Cleanup(func() {
+		for _, s := range c.storages {
+			if s != nil {
+				s.Close()
+			}
+		}
+		c.m.Close()
+	})
+	waitServing(t, c.m, 10*time.Second)
+	return c
+}
+
+func allServing(r *proto.Routing) bool {
+	if len(r.Chains) == 0 {
+		return false
+	}
+	for _, ch := range r.Chains {
+		for _, tg := range ch.Targets {
+			if tg.State != proto.Serving {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+func waitServing(t *testing.T, m *mgmtd.Server, d time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !allServing(m.Routing()) {
+		if time.Now().After(deadline) {
+			t.Fatalf("cluster not serving: %+v", m.Routing().Chains)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func TestInprocWriteReadFailover(t *testing.T) {
+	c := startInproc(t)
+	ctx := context.Background()
+	cl, err := Dial(ctx, []string{c.m.Addr()}, Options{Token: "tok", RetryTimeout: 20 * time.Second, RequestTimeout: 2 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	if len(cl.Chains()) != 2 {
+		t.Fatalf("chains %v", cl.Chains())
+	}
+	rng := rand.New(rand.NewPCG(1, 1))
+	model := map[ChunkID][]byte{}
+	write := func(chain ChainID, id ChunkID, off int, n int) {
+		data := make([]byte, n)
+		for i := range data {
+			data[i] = byte(rng.Uint32())
+		}
+		if err := cl.WriteChunk(ctx, chain, id, int64(off), data); err != nil {
+			t.Fatal(err)
+		}
+		m := model[id]
+		if len(m) < off+n {
+			m = append(m, make([]byte, off+n-len(m))...)
+		}
+		copy(m[off:], data)
+		model[id] = m
+	}
+	check := func() {
+		t.Helper()
+		var reads []ChunkRead
+		for id, m := range model {
+			chain := ChainID(id.Inode%2 + 1)
+			reads = append(reads, ChunkRead{Chain: chain, Chunk: id, Off: 0, Buf: make([]byte, len(m)+10)})
+			if len(m) > 5000 {
+				reads = append(reads, ChunkRead{Chain: chain, Chunk: id, Off: 1000, Buf: make([]byte, 3000)})
+			}
+		}
+		if err := cl.ReadChunks(ctx, reads); err != nil {
+			t.Fatal(err)
+		}
+		for _, rd := range reads {
+			m := model[rd.Chunk]
+			want := append(append([]byte(nil), m...), make([]byte, 10)...)[rd.Off : rd.Off+int64(len(rd.Buf))]
+			if !bytes.Equal(rd.Buf, want) {
+				t.Fatalf("chunk %v off %d: data differs", rd.Chunk, rd.Off)
+			}
+		}
+	}
+	for i := 0; i < 20; i++ {
+		id := ChunkID{Inode: uint64(i % 4), Index: uint64(i % 3)}
+		write(ChainID(id.Inode%2+1), id, rng.IntN(200<<10), rng.IntN(300<<10)+1)
+	}
+	check()
+	// Kill node 1 (a head of one chain): writes and reads go on.
+	c.storages[0].Close()
+	c.storages[0] = nil
+	for i := 0; i < 10; i++ {
+		id := ChunkID{Inode: uint64(i % 4), Index: uint64(i % 3)}
+		write(ChainID(id.Inode%2+1), id, rng.IntN(200<<10), rng.IntN(100<<10)+1)
+	}
+	check()
+	// Bring it back: it resyncs and serves again.
+	c.storages[0] = startStorage(t, c.dir, 1, c.m.Addr())
+	for i := 0; i < 10; i++ {
+		id := ChunkID{Inode: uint64(i % 4), Index: uint64(i % 3)}
+		write(ChainID(id.Inode%2+1), id, rng.IntN(200<<10), rng.IntN(100<<10)+1)
+	}
+	waitServing(t, c.m, 10*time.Second)
+	check()
+	t.Logf("routing: %+v", c.m.Routing().Chains)
+}

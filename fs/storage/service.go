@@ -1,0 +1,1011 @@
+package storage
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log"
+	"math"
+	"net"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/ffkit/ffkit/fs/proto"
+	"github.com/ffkit/ffkit/fs/transport"
+)
+
+// TargetConfig names one target directory.
+type TargetConfig struct {
+	ID  proto.TargetID
+	Dir string
+}
+
+// Config configures a storage service. Zero values take the defaults.
+type Config struct {
+	Node    proto.NodeID   // required, unique in the cluster
+	Targets []TargetConfig // required
+	Mgmtd   []string       // mgmtd addresses, required
+	Token   string         // cluster secret, required
+	// Listen address. Default "127.0.0.1:0".
+	Listen string
+	// Name for logs and the fault layer. Default "storage-<node>".
+	Name   string
+	Faults transport.Faults
+	// MetricsListen serves Prometheus metrics at /metrics. "" = none.
+	MetricsListen string
+	// HeartbeatInterval and FailTimeout apply until mgmtd's routing
+	// announces its own. Defaults 1 s and 4 s.
+	HeartbeatInterval time.Duration
+	FailTimeout       time.Duration
+	// ForwardTimeout bounds how long an update keeps retrying its
+	// successor through reconfiguration. Default 30 s.
+	ForwardTimeout time.Duration
+	// PendingTimeout: a head re-drives a pending version left this long
+	// without a writer (a crash mid-write). Default 2 s.
+	PendingTimeout time.Duration
+	VFS            VFS // default OS{}
+	Logf           func(format string, args ...any)
+}
+
+func (c *Config) defaults() error {
+	switch {
+	case c.Node == 0:
+		return errors.New("storage: a node id (> 0) is required")
+	case len(c.Targets) == 0:
+		return errors.New("storage: at least one target directory is required")
+	case len(c.Mgmtd) == 0:
+		return errors.New("storage: the mgmtd address is required")
+	case c.Token == "":
+		return errors.New("storage: a cluster token is required")
+	}
+	if c.Listen == "" {
+		c.Listen = "127.0.0.1:0"
+	}
+	if c.Name == "" {
+		c.Name = fmt.Sprintf("storage-%d", c.Node)
+	}
+	if c.HeartbeatInterval <= 0 {
+		c.HeartbeatInterval = time.Second
+	}
+	if c.FailTimeout <= 0 {
+		c.FailTimeout = 4 * time.Second
+	}
+	if c.ForwardTimeout <= 0 {
+		c.ForwardTimeout = 30 * time.Second
+	}
+	if c.PendingTimeout <= 0 {
+		c.PendingTimeout = 2 * time.Second
+	}
+	if c.VFS == nil {
+		c.VFS = OS{}
+	}
+	if c.Logf == nil {
+		c.Logf = log.Printf
+	}
+	return nil
+}
+
+// phase is a target's local life cycle (see package doc).
+type phase int32
+
+const (
+	phaseRestarting phase = iota // report offline until mgmtd shows us not serving
+	phaseOnline                  // report online: waiting for resync or promotion
+	phaseUpToDate                // holds the chain's data
+)
+
+func (p phase) local() proto.LocalState {
+	switch p {
+	case phaseOnline:
+		return proto.Online
+	case phaseUpToDate:
+		return proto.UpToDate
+	}
+	return proto.LocalOff
+}
+
+type tstate struct {
+	*Target
+	phase       atomic.Int32
+	syncRunning atomic.Bool // a resync of our successor is running
+}
+
+func (ts *tstate) ph() phase { return phase(ts.phase.Load()) }
+
+// Service is a running storage service.
+type Service struct {
+	cfg     Config
+	srv     *transport.Server
+	pool    *transport.Pool
+	targets map[proto.TargetID]*tstate
+	routing atomic.Pointer[proto.Routing]
+	lastHB  atomic.Int64 // unix nanos of the last heartbeat mgmtd answered
+	hbSeq   atomic.Uint64
+	fenced  atomic.Bool
+	dedup   dedup
+	metrics *metrics
+	httpSrv *http.Server
+	metAddr string
+	kick    chan struct{} // heartbeat now
+
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+}
+
+// Start opens the targets (recovering from a crash), starts serving and
+// heartbeating. Every target starts in the restarting phase: it reports
+// offline until mgmtd's routing shows it is not serving, so a restarted
+// target always goes through resync before it serves again.
+func Start(cfg Config) (*Service, error) {
+	if err := cfg.defaults(); err != nil {
+		return nil, err
+	}
+	s := &Service{cfg: cfg, targets: map[proto.TargetID]*tstate{}, kick: make(chan struct{}, 1)}
+	s.dedup.m = map[proto.Tag]*inflight{}
+	for _, tc := range cfg.Targets {
+		if tc.ID == 0 {
+			return nil, fmt.Errorf("storage: target %s has id 0", tc.Dir)
+		}
+		if _, dup := s.targets[tc.ID]; dup {
+			return nil, fmt.Errorf("storage: target id %d given twice", tc.ID)
+		}
+		t, err := OpenTarget(cfg.VFS, tc.ID, tc.Dir)
+		if err != nil {
+			return nil, err
+		}
+		s.targets[tc.ID] = &tstate{Target: t}
+	}
+	s.metrics = newMetrics(s)
+	topts := transport.Options{Token: cfg.Token, Name: cfg.Name, Faults: cfg.Faults}
+	s.pool = transport.NewPool(topts)
+	var err error
+	s.srv, err = transport.Listen(cfg.Listen, topts, s.handle)
+	if err != nil {
+		return nil, err
+	}
+	s.srv.SetLogf(cfg.Logf)
+	if cfg.MetricsListen != "" {
+		ln, err := net.Listen("tcp", cfg.MetricsListen)
+		if err != nil {
+			s.srv.Close()
+			return nil, fmt.Errorf("storage: metrics listener: %w", err)
+		}
+		s.metAddr = ln.Addr().String()
+		mux := http.NewServeMux()
+		mux.Handle("/metrics", promhttp.HandlerFor(s.metrics.reg, promhttp.HandlerOpts{}))
+		s.httpSrv = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+		go s.httpSrv.Serve(ln)
+	}
+	s.ctx, s.cancel = context.WithCancel(context.Background())
+	s.lastHB.Store(time.Now().UnixNano())
+	s.hbSeq.Store(uint64(time.Now().UnixNano()))
+	s.wg.Add(2)
+	go s.heartbeatLoop()
+	go s.workLoop()
+	return s, nil
+}
+
+// Addr is the address the service listens on.
+func (s *Service) Addr() string { return s.srv.Addr() }
+
+// MetricsAddr is the Prometheus endpoint's address, or "".
+func (s *Service) MetricsAddr() string { return s.metAddr }
+
+// Close stops the service (without any flush: every acknowledged write is
+// already durable).
+func (s *Service) Close() error {
+	s.cancel()
+	s.wg.Wait()
+	if s.httpSrv != nil {
+		s.httpSrv.Close()
+	}
+	err := s.srv.Close()
+	s.pool.Close()
+	return err
+}
+
+func (s *Service) logf(format string, args ...any) {
+	s.cfg.Logf("%s: "+format, append([]any{s.cfg.Name}, args...)...)
+}
+
+func (s *Service) failTimeout() time.Duration {
+	if r := s.routing.Load(); r != nil && r.FailTimeout > 0 {
+		return time.Duration(r.FailTimeout)
+	}
+	return s.cfg.FailTimeout
+}
+
+func (s *Service) hbInterval() time.Duration {
+	if r := s.routing.Load(); r != nil && r.HeartbeatInterval > 0 {
+		return time.Duration(r.HeartbeatInterval)
+	}
+	return s.cfg.HeartbeatInterval
+}
+
+// ---- heartbeats, routing, phases ----
+
+func (s *Service) heartbeatLoop() {
+	defer s.wg.Done()
+	mgmtdIdx := 0
+	for {
+		iv := s.hbInterval()
+		req := proto.HeartbeatReq{Node: s.cfg.Node, Addr: s.Addr(), Metrics: s.metAddr, Version: s.hbSeq.Add(1)}
+		if r := s.routing.Load(); r != nil {
+			req.Known = r.Version
+		}
+		for id, ts := range s.targets {
+			req.Targets = append(req.Targets, proto.TargetReport{ID: id, State: ts.ph().local(), Used: ts.Used()})
+		}
+		var resp proto.HeartbeatResp
+		var err error
+		for i := 0; i < len(s.cfg.Mgmtd); i++ {
+			addr := s.cfg.Mgmtd[(mgmtdIdx+i)%len(s.cfg.Mgmtd)]
+			ctx, cancel := context.WithTimeout(s.ctx, iv)
+			var c *transport.Conn
+			if c, err = s.pool.Get(ctx, addr); err == nil {
+				_, err = c.Call(ctx, proto.MHeartbeat, req, nil, &resp)
+				if err != nil && errors.Is(err, context.DeadlineExceeded) {
+					s.pool.Drop(addr)
+				}
+			}
+			cancel()
+			if err == nil {
+				mgmtdIdx = (mgmtdIdx + i) % len(s.cfg.Mgmtd)
+				break
+			}
+		}
+		now := time.Now()
+		if err == nil {
+			s.lastHB.Store(now.UnixNano())
+			if s.fenced.Swap(false) {
+				s.logf("mgmtd reachable again")
+			}
+			if resp.Routing != nil {
+				s.setRouting(resp.Routing)
+			}
+		} else if since := now.Sub(time.Unix(0, s.lastHB.Load())); since > s.failTimeout()/2 {
+			// Self-fencing: mgmtd may already be declaring us dead; we must
+			// not serve stale data, so every target goes back through the
+			// restart path.
+			if !s.fenced.Swap(true) {
+				s.logf("lost mgmtd for %v (> fail timeout/2): stop serving: %v", since.Round(time.Millisecond), err)
+			}
+			for _, ts := range s.targets {
+				ts.phase.Store(int32(phaseRestarting))
+			}
+		}
+		select {
+		case <-s.ctx.Done():
+			return
+		case <-time.After(iv):
+		case <-s.kick:
+		}
+	}
+}
+
+// setRouting installs a newer routing and moves the targets' phases.
+func (s *Service) setRouting(r *proto.Routing) {
+	for {
+		old := s.routing.Load()
+		if old != nil && r.Version <= old.Version {
+			return
+		}
+		if s.routing.CompareAndSwap(old, r) {
+			break
+		}
+	}
+	for id, ts := range s.targets {
+		var st proto.PublicState
+		ch := chainOfTarget(r, id)
+		if ch != nil {
+			t, _ := ch.Target(id)
+			st = t.State
+		}
+		switch p := ts.ph(); {
+		case p == phaseRestarting && (ch == nil || st == proto.Offline || st == proto.LastSrv || st == proto.Waiting):
+			ts.phase.Store(int32(phaseOnline))
+			s.logf("target %d: mgmtd shows it %q: online, ready for resync", id, st)
+			s.kickHeartbeat()
+		case p == phaseOnline && st == proto.Serving:
+			ts.phase.Store(int32(phaseUpToDate))
+			s.logf("target %d: promoted to serving by mgmtd", id)
+		case p == phaseUpToDate && ch != nil && (st == proto.Offline || st == proto.LastSrv || st == proto.Waiting):
+			ts.phase.Store(int32(phaseRestarting))
+			s.logf("target %d: mgmtd shows it %q: stop serving, rejoin through resync", id, st)
+			s.kickHeartbeat()
+		}
+	}
+}
+
+func (s *Service) kickHeartbeat() {
+	select {
+	case s.kick <- struct{}{}:
+	default:
+	}
+}
+
+func chainOfTarget(r *proto.Routing, id proto.TargetID) *proto.Chain {
+	for i := range r.Chains {
+		if _, ok := r.Chains[i].Target(id); ok {
+			return &r.Chains[i]
+		}
+	}
+	return nil
+}
+
+// ---- request handling ----
+
+func (s *Service) handle(ctx context.Context, req *transport.Request) (any, [][]byte, error) {
+	if s.fenced.Load() && req.Method != proto.MUpdate {
+		return nil, nil, fmt.Errorf("%w: %s lost contact with mgmtd", proto.ErrTargetOffline, s.cfg.Name)
+	}
+	start := time.Now()
+	resp, data, err := s.dispatch(ctx, req)
+	s.metrics.observe(req.Method, start, len(req.Data), data, err)
+	return resp, data, err
+}
+
+func (s *Service) dispatch(ctx context.Context, req *transport.Request) (any, [][]byte, error) {
+	switch req.Method {
+	case proto.MWrite:
+		var w proto.WriteReq
+		if err := req.Decode(&w); err != nil {
+			return nil, nil, err
+		}
+		resp, err := s.handleWrite(ctx, &w, req.Data)
+		return resp, nil, err
+	case proto.MUpdate:
+		var u proto.UpdateReq
+		if err := req.Decode(&u); err != nil {
+			return nil, nil, err
+		}
+		resp, err := s.handleUpdate(ctx, &u, req.Data)
+		return resp, nil, err
+	case proto.MBatchRead:
+		var b proto.BatchReadReq
+		if err := req.Decode(&b); err != nil {
+			return nil, nil, err
+		}
+		return s.handleRead(&b)
+	case proto.MSyncStart, proto.MSyncDone:
+		var sr proto.SyncReq
+		if err := req.Decode(&sr); err != nil {
+			return nil, nil, err
+		}
+		return s.handleSync(req.Method, &sr)
+	case proto.MListChunks:
+		var l proto.ListChunksReq
+		if err := req.Decode(&l); err != nil {
+			return nil, nil, err
+		}
+		return s.handleList(&l)
+	case proto.MRemove:
+		var rr proto.RemoveReq
+		if err := req.Decode(&rr); err != nil {
+			return nil, nil, err
+		}
+		resp, err := s.handleRemove(ctx, &rr)
+		return resp, nil, err
+	}
+	return nil, nil, fmt.Errorf("%w: storage has no method %d", proto.ErrBadRequest, req.Method)
+}
+
+// route checks a request's chain version and finds the chain.
+func (s *Service) route(chain proto.ChainID, ver uint64) (*proto.Chain, error) {
+	r := s.routing.Load()
+	ch := r.Chain(chain)
+	if ch == nil {
+		if r == nil {
+			return nil, fmt.Errorf("%w: %s has no routing yet", proto.ErrRoutingVersion, s.cfg.Name)
+		}
+		return nil, fmt.Errorf("%w: chain %d (routing v%d)", proto.ErrNoChain, chain, r.Version)
+	}
+	if ch.Version != ver {
+		return nil, fmt.Errorf("%w: chain %d is at v%d on %s, request has v%d", proto.ErrRoutingVersion, chain, ch.Version, s.cfg.Name, ver)
+	}
+	return ch, nil
+}
+
+func validRange(op proto.Op, off int64, n int) error {
+	switch {
+	case off < 0 || off > proto.MaxChunkSize || int64(n) > proto.MaxChunkSize-off:
+		return fmt.Errorf("%w: range [%d, +%d) outside a chunk of at most %d bytes", proto.ErrBadRequest, off, n, proto.MaxChunkSize)
+	case op > proto.OpRemove:
+		return fmt.Errorf("%w: unknown op %d", proto.ErrBadRequest, op)
+	}
+	return nil
+}
+
+func (s *Service) handleWrite(ctx context.Context, w *proto.WriteReq, data []byte) (*proto.WriteResp, error) {
+	if err := validRange(w.Op, w.Off, len(data)); err != nil {
+		return nil, err
+	}
+	if w.Op == proto.OpWrite && crc32c(data) != w.CRC {
+		return nil, fmt.Errorf("%w: write payload of chunk %v arrived corrupt", proto.ErrChecksum, w.Chunk)
+	}
+	ch, err := s.route(w.Chain, w.ChainVer)
+	if err != nil {
+		return nil, err
+	}
+	head, ok := ch.Head()
+	ts := s.targets[head.ID]
+	if !ok || ts == nil {
+		return nil, fmt.Errorf("%w: chain %d v%d head is %d (%s)", proto.ErrNotHead, w.Chain, ch.Version, head.ID, head.State)
+	}
+	if ts.ph() != phaseUpToDate {
+		return nil, fmt.Errorf("%w: target %d is not up to date", proto.ErrTargetOffline, ts.ID)
+	}
+	inf, owner := s.dedup.begin(w.Tag)
+	if !owner {
+		select {
+		case <-inf.done:
+			return inf.resp, inf.err
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+	resp, err := s.applyChain(ctx, ts, w.Chain, w.Chunk, update{op: w.Op, off: w.Off, data: data}, 0, w.Tag)
+	s.dedup.end(w.Tag, inf, resp, err)
+	return resp, err
+}
+
+// applyChain runs one update on ts and, through forward, on every
+// successor, then commits locally: the CRAQ write path. ver 0 means ts is
+// the head and assigns the version.
+func (s *Service) applyChain(ctx context.Context, ts *tstate, chain proto.ChainID, id proto.ChunkID, u update, ver uint64, tag proto.Tag) (*proto.WriteResp, error) {
+	c := ts.get(id)
+	c.lock.Lock()
+	defer c.lock.Unlock()
+	cur := c.commitVer()
+	if ver == 0 {
+		u.ver = cur + 1
+	} else {
+		u.ver = ver
+		switch {
+		case ver <= cur:
+			// Already committed here (a retried forward): report our state;
+			// the predecessor compares the checksum.
+			return s.chunkResp(ts, c), nil
+		case ver > cur+1 && !u.full:
+			return nil, fmt.Errorf("%w: chunk %v on target %d is at v%d, update is v%d", proto.ErrMissingUpdate, id, ts.ID, cur, ver)
+		}
+	}
+	if ch := s.routing.Load().Chain(chain); ch != nil {
+		u.chainVer = ch.Version
+	}
+	nv, err := ts.prepare(id, c, u)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.forward(ctx, ts, chain, id, nv, u, tag); err != nil {
+		return nil, err
+	}
+	if _, err := ts.commit(id, c); err != nil {
+		return nil, err
+	}
+	return s.chunkResp(ts, c), nil
+}
+
+func (s *Service) chunkResp(ts *tstate, c *chunk) *proto.WriteResp {
+	ts.mu.Lock()
+	defer ts.mu.Unlock()
+	r := &proto.WriteResp{CommitVer: c.commitVer()}
+	if c.committed != nil {
+		r.Checksum, r.Length = c.committed.checksum(), c.committed.length
+	}
+	return r
+}
+
+// forward sends the pending version nv to ts's current successor and waits
+// until it (and everything after it) committed, retrying through routing
+// changes for ForwardTimeout. It returns nil at once when ts is the tail.
+func (s *Service) forward(ctx context.Context, ts *tstate, chain proto.ChainID, id proto.ChunkID, nv *version, u update, tag proto.Tag) error {
+	deadline := time.Now().Add(s.cfg.ForwardTimeout)
+	full := u.full
+	backoff := 5 * time.Millisecond
+	var lastErr error
+	for attempt := 0; ; attempt++ {
+		if attempt > 0 {
+			if time.Now().After(deadline) {
+				return fmt.Errorf("%w: forwarding chunk %v v%d from target %d: %v", proto.ErrTargetOffline, id, nv.ver, ts.ID, lastErr)
+			}
+			select {
+			case <-time.After(backoff):
+			case <-s.ctx.Done():
+				return fmt.Errorf("%w: %s shutting down", proto.ErrTargetOffline, s.cfg.Name)
+			}
+			backoff = min(backoff*2, 200*time.Millisecond)
+		}
+		r := s.routing.Load()
+		ch := r.Chain(chain)
+		if ch == nil {
+			return fmt.Errorf("%w: chain %d vanished", proto.ErrNoChain, chain)
+		}
+		me, ok := ch.Target(ts.ID)
+		if !ok || (me.State != proto.Serving && me.State != proto.Syncing) || ts.ph() == phaseRestarting {
+			return fmt.Errorf("%w: target %d is %s in chain %d v%d", proto.ErrTargetOffline, ts.ID, me.State, chain, ch.Version)
+		}
+		succ, ok := ch.Successor(ts.ID)
+		if !ok {
+			return nil // the tail commits first
+		}
+		req := proto.UpdateReq{
+			WriteReq:    proto.WriteReq{Tag: tag, Chain: chain, ChainVer: ch.Version, Chunk: id, Op: u.op, Off: u.off},
+			Target:      succ.ID,
+			UpdateVer:   nv.ver,
+			FullReplace: full || succ.State == proto.Syncing,
+		}
+		data := u.data
+		if req.FullReplace && !u.full && u.op != proto.OpRemove {
+			// A syncing successor (or one that missed updates) gets the
+			// whole chunk, so it converges whatever it held.
+			if data, lastErr = ts.readVersion(id, nv, true); lastErr != nil {
+				return lastErr
+			}
+		}
+		if req.Op == proto.OpWrite || req.FullReplace {
+			req.CRC = crc32c(data)
+		}
+		addr := r.NodeAddr(succ.Node)
+		actx, cancel := context.WithTimeout(ctx, max(s.failTimeout(), time.Second))
+		var resp proto.WriteResp
+		var conn *transport.Conn
+		conn, lastErr = s.pool.Get(actx, addr)
+		if lastErr == nil {
+			_, lastErr = conn.Call(actx, proto.MUpdate, req, [][]byte{data}, &resp)
+			if errors.Is(lastErr, context.DeadlineExceeded) {
+				s.pool.Drop(addr)
+			}
+		}
+		cancel()
+		if lastErr == nil {
+			if resp.CommitVer == nv.ver && resp.Checksum == nv.checksum() {
+				return nil
+			}
+			lastErr = fmt.Errorf("%w: successor %d answered v%d sum %08x for v%d sum %08x", proto.ErrChecksum, succ.ID, resp.CommitVer, resp.Checksum, nv.ver, nv.checksum())
+			if !full {
+				full = true // replace its copy wholesale
+				continue
+			}
+			s.logf("forward chunk %v: %v", id, lastErr)
+			continue
+		}
+		if errors.Is(lastErr, proto.ErrMissingUpdate) {
+			full = true
+			continue
+		}
+		if errors.Is(lastErr, proto.ErrNoSpace) || errors.Is(lastErr, proto.ErrBadRequest) {
+			return lastErr
+		}
+	}
+}
+
+// readVersion reads a version's whole content (verified).
+func (t *Target) readVersion(id proto.ChunkID, v *version, pending bool) ([]byte, error) {
+	if v.removed || v.length == 0 {
+		return nil, nil
+	}
+	p := t.path(id, v.ver, pending)
+	f, err := t.vfs.Open(p)
+	if err != nil {
+		return nil, t.ioErr("open", p, err)
+	}
+	defer f.Close()
+	buf := make([]byte, v.length)
+	if n, err := f.ReadAt(buf, HeaderSize); int64(n) < v.length {
+		return nil, t.ioErr("read", p, fmt.Errorf("short read %d of %d: %v", n, v.length, err))
+	}
+	if !equalU32(blockCRCs(buf), v.crcs) {
+		return nil, fmt.Errorf("%w: chunk %v v%d on target %d", proto.ErrChecksum, id, v.ver, t.ID)
+	}
+	return buf, nil
+}
+
+func (s *Service) handleUpdate(ctx context.Context, u *proto.UpdateReq, data []byte) (*proto.WriteResp, error) {
+	if s.fenced.Load() {
+		return nil, fmt.Errorf("%w: %s lost contact with mgmtd", proto.ErrTargetOffline, s.cfg.Name)
+	}
+	if err := validRange(u.Op, u.Off, len(data)); err != nil {
+		return nil, err
+	}
+	if (u.Op == proto.OpWrite || u.FullReplace) && crc32c(data) != u.CRC {
+		return nil, fmt.Errorf("%w: update of chunk %v arrived corrupt", proto.ErrChecksum, u.Chunk)
+	}
+	ts := s.targets[u.Target]
+	if ts == nil {
+		return nil, fmt.Errorf("%w: %s has no target %d", proto.ErrBadRequest, s.cfg.Name, u.Target)
+	}
+	ch, err := s.route(u.Chain, u.ChainVer)
+	if err != nil {
+		return nil, err
+	}
+	me, _ := ch.Target(ts.ID)
+	switch {
+	case me.State == proto.Serving && ts.ph() == phaseUpToDate:
+	case me.State == proto.Syncing && ts.ph() != phaseRestarting:
+	default:
+		return nil, fmt.Errorf("%w: target %d is %s (phase %s)", proto.ErrTargetOffline, ts.ID, me.State, ts.ph().local())
+	}
+	up := update{op: u.Op, off: u.Off, data: data, full: u.FullReplace}
+	if !u.Commit {
+		return s.applyChain(ctx, ts, u.Chain, u.Chunk, up, u.UpdateVer, u.Tag)
+	}
+	// A resync transfer: install this committed version as is.
+	c := ts.get(u.Chunk)
+	c.lock.Lock()
+	defer c.lock.Unlock()
+	if c.commitVer() > u.UpdateVer {
+		return s.chunkResp(ts, c), nil
+	}
+	up.ver, up.chainVer, up.full = u.UpdateVer, ch.Version, true
+	if _, err := ts.prepare(u.Chunk, c, up); err != nil {
+		return nil, err
+	}
+	if _, err := ts.commit(u.Chunk, c); err != nil {
+		return nil, err
+	}
+	return s.chunkResp(ts, c), nil
+}
+
+func (s *Service) handleRead(b *proto.BatchReadReq) (any, [][]byte, error) {
+	resp := proto.BatchReadResp{Results: make([]proto.ReadResult, len(b.IOs))}
+	data := make([][]byte, 0, len(b.IOs))
+	for i, io := range b.IOs {
+		buf, err := s.readOne(&io)
+		if err != nil {
+			resp.Results[i].Code, resp.Results[i].Msg = wireCode(err), err.Error()
+			continue
+		}
+		resp.Results[i].N = int64(len(buf))
+		data = append(data, buf)
+	}
+	return resp, data, nil
+}
+
+func wireCode(err error) string {
+	var w transport.WireCoded
+	if errors.As(err, &w) {
+		return w.WireCode()
+	}
+	return proto.ErrIO.WireCode()
+}
+
+func (s *Service) readOne(io *proto.ReadIO) ([]byte, error) {
+	if io.Off < 0 || io.Len < 0 || io.Off > proto.MaxChunkSize || io.Len > proto.MaxChunkSize {
+		return nil, fmt.Errorf("%w: read [%d, +%d)", proto.ErrBadRequest, io.Off, io.Len)
+	}
+	ts := s.targets[io.Target]
+	if ts == nil {
+		return nil, fmt.Errorf("%w: %s has no target %d", proto.ErrBadRequest, s.cfg.Name, io.Target)
+	}
+	ch, err := s.route(io.Chain, io.ChainVer)
+	if err != nil {
+		return nil, err
+	}
+	if me, _ := ch.Target(ts.ID); me.State != proto.Serving || ts.ph() != phaseUpToDate {
+		return nil, fmt.Errorf("%w: target %d is %s", proto.ErrTargetOffline, ts.ID, me.State)
+	}
+	buf, _, err := ts.readCommitted(io.Chunk, io.Off, io.Len, false)
+	if errors.Is(err, proto.ErrChecksum) {
+		s.repair(ts, ch, err)
+	}
+	return buf, err
+}
+
+// repair takes a target with a corrupt chunk out of service so that it
+// rejoins through resync, which replaces the chunk from its predecessor.
+// A target that is its chain's only serving replica stays (there is no
+// good copy to repair from; reads of that chunk keep failing).
+func (s *Service) repair(ts *tstate, ch *proto.Chain, cause error) {
+	if len(ch.Readable()) < 2 {
+		s.logf("target %d: %v; no other serving replica to repair from", ts.ID, cause)
+		return
+	}
+	if ts.phase.CompareAndSwap(int32(phaseUpToDate), int32(phaseRestarting)) {
+		s.logf("target %d: %v: leaving the chain to be repaired by resync", ts.ID, cause)
+		s.metrics.corrupt.Inc()
+		s.kickHeartbeat()
+	}
+}
+
+func (s *Service) handleSync(method uint16, sr *proto.SyncReq) (any, [][]byte, error) {
+	ts := s.targets[sr.Target]
+	if ts == nil {
+		return nil, nil, fmt.Errorf("%w: %s has no target %d", proto.ErrBadRequest, s.cfg.Name, sr.Target)
+	}
+	ch, err := s.route(sr.Chain, sr.ChainVer)
+	if err != nil {
+		return nil, nil, err
+	}
+	if me, _ := ch.Target(ts.ID); me.State != proto.Syncing || ts.ph() == phaseRestarting {
+		return nil, nil, fmt.Errorf("%w: target %d is %s, not syncing", proto.ErrTargetOffline, ts.ID, me.State)
+	}
+	if method == proto.MSyncStart {
+		return proto.SyncStartResp{Chunks: ts.List(0, math.MaxUint64)}, nil, nil
+	}
+	if ts.phase.CompareAndSwap(int32(phaseOnline), int32(phaseUpToDate)) {
+		s.logf("target %d: resync of chain %d done", ts.ID, sr.Chain)
+		s.kickHeartbeat()
+	}
+	return struct{}{}, nil, nil
+}
+
+func (s *Service) handleList(l *proto.ListChunksReq) (any, [][]byte, error) {
+	ts := s.targets[l.Target]
+	if ts == nil {
+		return nil, nil, fmt.Errorf("%w: %s has no target %d", proto.ErrBadRequest, s.cfg.Name, l.Target)
+	}
+	ch, err := s.route(l.Chain, l.ChainVer)
+	if err != nil {
+		return nil, nil, err
+	}
+	if me, _ := ch.Target(ts.ID); me.State != proto.Serving || ts.ph() != phaseUpToDate {
+		return nil, nil, fmt.Errorf("%w: target %d is %s", proto.ErrTargetOffline, ts.ID, me.State)
+	}
+	var out []proto.ChunkMeta
+	for _, m := range ts.List(l.Inode, l.Inode) {
+		if m.UpdateVer != m.CommitVer {
+			return nil, nil, fmt.Errorf("%w: chunk %v", proto.ErrNotCommitted, m.Chunk)
+		}
+		if m.CommitVer > 0 && m.Length >= 0 {
+			out = append(out, m)
+		}
+	}
+	return proto.ListChunksResp{Chunks: out}, nil, nil
+}
+
+func (s *Service) handleRemove(ctx context.Context, rr *proto.RemoveReq) (*proto.WriteResp, error) {
+	ch, err := s.route(rr.Chain, rr.ChainVer)
+	if err != nil {
+		return nil, err
+	}
+	head, ok := ch.Head()
+	ts := s.targets[head.ID]
+	if !ok || ts == nil || ts.ph() != phaseUpToDate {
+		return nil, fmt.Errorf("%w: chain %d v%d", proto.ErrNotHead, rr.Chain, ch.Version)
+	}
+	for _, m := range ts.List(rr.Inode, rr.Inode) {
+		if m.Chunk.Index < rr.FromIndex || (m.Length < 0 && m.UpdateVer == m.CommitVer) {
+			continue
+		}
+		if _, err := s.applyChain(ctx, ts, rr.Chain, m.Chunk, update{op: proto.OpRemove}, 0, proto.Tag{}); err != nil {
+			return nil, err
+		}
+	}
+	return &proto.WriteResp{}, nil
+}
+
+// ---- background work: resync of syncing successors, stuck pendings ----
+
+func (s *Service) workLoop() {
+	defer s.wg.Done()
+	t := time.NewTicker(100 * time.Millisecond)
+	defer t.Stop()
+	var syncs sync.WaitGroup
+	defer syncs.Wait()
+	for {
+		select {
+		case <-s.ctx.Done():
+			return
+		case <-t.C:
+		}
+		r := s.routing.Load()
+		if r == nil || s.fenced.Load() {
+			continue
+		}
+		s.dedup.sweep(10 * time.Minute)
+		for _, ts := range s.targets {
+			ch := chainOfTarget(r, ts.ID)
+			if ch == nil || ts.ph() != phaseUpToDate {
+				continue
+			}
+			if me, _ := ch.Target(ts.ID); me.State != proto.Serving {
+				continue
+			}
+			if succ, ok := ch.Successor(ts.ID); ok && succ.State == proto.Syncing && ts.syncRunning.CompareAndSwap(false, true) {
+				syncs.Add(1)
+				go func(ts *tstate, chain proto.Chain, succ proto.ChainTarget) {
+					defer syncs.Done()
+					defer ts.syncRunning.Store(false)
+					if err := s.resync(ts, &chain, succ, r); err != nil && s.ctx.Err() == nil {
+						s.logf("resync of target %d from %d (chain %d): %v; will retry", succ.ID, ts.ID, chain.ID, err)
+					}
+				}(ts, *ch, succ)
+			}
+			if head, ok := ch.Head(); ok && head.ID == ts.ID {
+				s.redrivePending(ts, ch.ID)
+			}
+		}
+	}
+}
+
+// redrivePending finishes updates a crash left pending at the head: the
+// version may already be committed further down the chain, so it is sent
+// on (as a full replace) and then committed, never dropped.
+func (s *Service) redrivePending(ts *tstate, chain proto.ChainID) {
+	ts.mu.Lock()
+	var stuck []proto.ChunkID
+	for id, c := range ts.chunks {
+		if c.pending != nil && time.Since(c.pendingSince) > s.cfg.PendingTimeout {
+			stuck = append(stuck, id)
+		}
+	}
+	ts.mu.Unlock()
+	for _, id := range stuck {
+		c := ts.get(id)
+		if !c.lock.TryLock() {
+			continue
+		}
+		ts.mu.Lock()
+		nv := c.pending
+		ts.mu.Unlock()
+		if nv != nil {
+			u := update{op: proto.OpWrite, full: true}
+			if nv.removed {
+				u.op = proto.OpRemove
+			}
+			data, err := ts.readVersion(id, nv, true)
+			if err == nil {
+				u.data = data
+				err = s.forward(s.ctx, ts, chain, id, nv, u, proto.Tag{})
+			}
+			if err == nil {
+				_, err = ts.commit(id, c)
+			}
+			if err != nil {
+				s.logf("re-drive pending chunk %v v%d: %v", id, nv.ver, err)
+			} else {
+				s.logf("re-drove pending chunk %v v%d to commit", id, nv.ver)
+			}
+		}
+		c.lock.Unlock()
+	}
+}
+
+// resync brings the syncing successor succ up to date with ts: it lists
+// the successor's chunks and sends every chunk where the two disagree in
+// any way (version, pending state, checksum, corruption) as a full,
+// committed copy, removes chunks only the successor has, and then tells it
+// the sync is done. It never gives up on a mismatch: it copies.
+func (s *Service) resync(ts *tstate, ch *proto.Chain, succ proto.ChainTarget, r *proto.Routing) error {
+	addr := r.NodeAddr(succ.Node)
+	ctx, cancel := context.WithTimeout(s.ctx, 10*time.Minute)
+	defer cancel()
+	conn, err := s.pool.Get(ctx, addr)
+	if err != nil {
+		return err
+	}
+	call := func(method uint16, req any, data []byte, resp any) error {
+		actx, cancel := context.WithTimeout(ctx, max(s.failTimeout(), time.Second))
+		defer cancel()
+		_, err := conn.Call(actx, method, req, [][]byte{data}, resp)
+		return err
+	}
+	sr := proto.SyncReq{Chain: ch.ID, ChainVer: ch.Version, Target: succ.ID}
+	var start proto.SyncStartResp
+	if err := call(proto.MSyncStart, sr, nil, &start); err != nil {
+		return fmt.Errorf("sync start: %w", err)
+	}
+	remote := map[proto.ChunkID]proto.ChunkMeta{}
+	for _, m := range start.Chunks {
+		remote[m.Chunk] = m
+	}
+	s.logf("resync target %d from %d (chain %d v%d): successor holds %d chunks", succ.ID, ts.ID, ch.ID, ch.Version, len(remote))
+	sent := 0
+	transfer := func(id proto.ChunkID) error {
+		c := ts.get(id)
+		c.lock.Lock()
+		defer c.lock.Unlock()
+		ts.mu.Lock()
+		cv := c.committed
+		ts.mu.Unlock()
+		rm, has := remote[id]
+		delete(remote, id)
+		req := proto.UpdateReq{WriteReq: proto.WriteReq{Chain: ch.ID, ChainVer: ch.Version, Chunk: id},
+			Target: succ.ID, FullReplace: true, Commit: true}
+		var data []byte
+		switch {
+		case cv == nil && !has:
+			return nil
+		case cv == nil:
+			// Only the successor has it (never committed here): drop it there.
+			req.Op, req.UpdateVer = proto.OpRemove, max(rm.CommitVer, rm.UpdateVer)+1
+		default:
+			if has && rm.CommitVer == cv.ver && rm.UpdateVer == rm.CommitVer && rm.Checksum == cv.checksum() && !rm.Corrupt {
+				return nil
+			}
+			req.UpdateVer = cv.ver
+			if cv.removed {
+				req.Op = proto.OpRemove
+			} else {
+				var err error
+				if data, err = ts.readVersion(id, cv, false); err != nil {
+					return err
+				}
+			}
+		}
+		req.CRC = crc32c(data)
+		var resp proto.WriteResp
+		if err := call(proto.MUpdate, req, data, &resp); err != nil {
+			return fmt.Errorf("transfer chunk %v: %w", id, err)
+		}
+		sent++
+		return nil
+	}
+	for _, m := range ts.List(0, math.MaxUint64) {
+		if err := transfer(m.Chunk); err != nil {
+			return err
+		}
+	}
+	for id := range remote {
+		if err := transfer(id); err != nil {
+			return err
+		}
+	}
+	if err := call(proto.MSyncDone, sr, nil, nil); err != nil {
+		return fmt.Errorf("sync done: %w", err)
+	}
+	s.metrics.resyncChunks.Add(float64(sent))
+	s.logf("resync target %d from %d (chain %d): done, %d chunks sent", succ.ID, ts.ID, ch.ID, sent)
+	return nil
+}
+
+// ---- request dedup (write retries are applied once) ----
+
+type inflight struct {
+	done chan struct{}
+	resp *proto.WriteResp
+	err  error
+	at   time.Time
+}
+
+type dedup struct {
+	mu sync.Mutex
+	m  map[proto.Tag]*inflight // guarded by mu
+}
+
+// begin registers tag; owner=false means another call with the same tag
+// runs or ran: wait on its done channel for its result.
+func (d *dedup) begin(tag proto.Tag) (*inflight, bool) {
+	if tag.Client == 0 {
+		return &inflight{done: make(chan struct{})}, true
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if f := d.m[tag]; f != nil {
+		return f, false
+	}
+	f := &inflight{done: make(chan struct{})}
+	d.m[tag] = f
+	return f, true
+}
+
+// end publishes the result. Retryable failures are forgotten, so a retry
+// runs again; success and permanent failures are remembered.
+func (d *dedup) end(tag proto.Tag, f *inflight, resp *proto.WriteResp, err error) {
+	f.resp, f.err, f.at = resp, err, time.Now()
+	close(f.done)
+	if tag.Client == 0 {
+		return
+	}
+	if err != nil && proto.Retryable(err) {
+		d.mu.Lock()
+		delete(d.m, tag)
+		d.mu.Unlock()
+	}
+}
+
+func (d *dedup) sweep(age time.Duration) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for k, f := range d.m {
+		if !f.at.IsZero() && time.Since(f.at) > age {
+			delete(d.m, k)
+		}
+	}
+}
