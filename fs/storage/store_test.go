@@ -115,4 +115,3 @@ func TestStoreModel(t *testing.T) {
 		t.Fatal("chunk not flagged corrupt")
 	}
 }
-
