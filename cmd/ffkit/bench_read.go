@@ -1,0 +1,268 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/ffkit/ffkit/bench"
+	"github.com/ffkit/ffkit/ffrecord"
+	"github.com/ffkit/ffkit/fs"
+)
+
+func init() { registerBench(newBenchReadCmd) }
+
+type benchReadFlags struct {
+	batchSize   int
+	duration    time.Duration
+	warmup      time.Duration
+	direct      bool
+	parallelism int
+	inflight    int
+	mergeGap    int64
+	noVerify    bool
+	fio         bool
+	seed        uint64
+}
+
+// benchReadResult is the JSON document of `ffkit bench read`.
+type benchReadResult struct {
+	Dataset    string `json:"dataset"`
+	Samples    int64  `json:"samples"`
+	Files      int    `json:"files"`
+	MedianSize int64  `json:"median_sample_bytes"`
+	BatchSize  int    `json:"batch_size"`
+	Direct     bool   `json:"direct"`
+	Cache      string `json:"cache"`
+	Verify     bool   `json:"verify"`
+	// ffkit: ReadBatch of random batches
+	SamplesPerSec float64       `json:"samples_per_s"`
+	MiBPerSec     float64       `json:"mib_s"`
+	BatchLatency  bench.Latency `json:"batch_latency"`
+	BatchP50MS    float64       `json:"batch_p50_ms"`
+	BatchP99MS    float64       `json:"batch_p99_ms"`
+	Batches       int64         `json:"batches"`
+	Parallelism   int           `json:"parallelism"`
+	Inflight      int           `json:"batches_in_flight"`
+	// baseline: one plain pread per sample, same number of reads in flight
+	BaselineSamplesPerSec float64       `json:"baseline_samples_per_s"`
+	BaselineMiBPerSec     float64       `json:"baseline_mib_s"`
+	BaselineReadLatency   bench.Latency `json:"baseline_read_latency"`
+	BaselineWorkers       int           `json:"baseline_workers"`
+	Ratio                 float64       `json:"ratio"`
+	// fio 4 KiB random reads on the dataset's largest file (--fio)
+	FioIOPS    float64            `json:"fio_iops,omitempty"`
+	FioEngine  string             `json:"fio_engine,omitempty"`
+	FioFile    string             `json:"fio_file,omitempty"`
+	FioRatio   float64            `json:"fio_ratio,omitempty"`
+	Seconds    float64            `json:"seconds_per_phase"`
+	Comparison []bench.Comparison `json:"comparisons"`
+}
+
+func newBenchReadCmd() *cobra.Command {
+	var f benchReadFlags
+	c := &cobra.Command{
+		Use:   "read PATH...",
+		Short: "Random-batch read throughput of an FFRecord dataset vs a plain pread loop",
+		Long: `Read random batches of samples from an FFRecord dataset with ReadBatch (sort,
+merge, parallel reads, checksum checks) and report samples/s, MiB/s and the
+batch latency p50/p99. In the same run, a baseline reads random samples with
+one plain pread each, with the same number of reads in flight; the ratio is
+ffkit's samples/s over the baseline's. With --fio, fio's 4 KiB random-read
+IOPS (io_uring, iodepth 64) on the dataset's largest file is measured too.
+
+Reads are made cold first: with --direct the page cache is bypassed (O_DIRECT);
+otherwise the dataset's files are evicted from the page cache before each
+phase, and the cache state is printed next to the figures.`,
+		Example: `  ffkit bench read train/ --duration 5s
+  ffkit bench read small4k.ffr --direct --fio --json`,
+		Args: cobra.MinimumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error { return runBenchRead(cmd.Context(), args, f) },
+	}
+	c.Flags().IntVar(&f.batchSize, "batch-size", 256, "samples per batch")
+	c.Flags().DurationVar(&f.duration, "duration", 10*time.Second, "measured time of each phase (ffkit, baseline, fio)")
+	c.Flags().DurationVar(&f.warmup, "warmup", 500*time.Millisecond, "warm-up before each phase, not measured")
+	c.Flags().BoolVar(&f.direct, "direct", false, "read with O_DIRECT (bypass the page cache)")
+	c.Flags().IntVar(&f.parallelism, "parallelism", ffrecord.DefaultParallelism, "reads in flight per batch")
+	c.Flags().IntVar(&f.inflight, "batches-in-flight", 2, "batches read concurrently (a loader prefetches)")
+	c.Flags().Int64Var(&f.mergeGap, "merge-gap", 0, "merge reads whose gap is at most this many bytes (0 = default, -1 = never)")
+	c.Flags().BoolVar(&f.noVerify, "no-verify", false, "skip the sample checksum checks")
+	c.Flags().BoolVar(&f.fio, "fio", false, "also measure fio 4 KiB random reads (io_uring, iodepth 64) on the largest file")
+	c.Flags().Uint64Var(&f.seed, "seed", 1, "seed of the random batches")
+	return c
+}
+
+func runBenchRead(ctx context.Context, paths []string, f benchReadFlags) error {
+	switch {
+	case f.batchSize <= 0:
+		return usagef("--batch-size must be positive, got %d", f.batchSize)
+	case f.duration <= 0:
+		return usagef("--duration must be positive, got %s", f.duration)
+	case f.parallelism <= 0 || f.inflight <= 0:
+		return usagef("--parallelism and --batches-in-flight must be positive")
+	}
+	r, err := ffrecord.Open(ctx, paths, ffrecord.ReadOptions{Direct: f.direct, NoVerify: f.noVerify,
+		Parallelism: f.parallelism, MergeGap: f.mergeGap, Warn: func(m string) { warnf("%s", m) }})
+	if err != nil {
+		return err
+	}
+	defer r.Close()
+	n := r.N()
+	if n == 0 {
+		return usagef("the dataset has no samples to read")
+	}
+	files := r.Files()
+	var local []string
+	remote := false
+	largest := files[0]
+	for _, fm := range files {
+		if fs.IsURL(fm.Path) {
+			remote = true
+		} else {
+			local = append(local, fm.Path)
+		}
+		if fm.Size > largest.Size {
+			largest = fm
+		}
+	}
+	st := r.Stats()
+	res := benchReadResult{Dataset: fmt.Sprint(paths), Samples: n, Files: len(files), MedianSize: st.MedianLen,
+		BatchSize: f.batchSize, Direct: f.direct, Verify: !f.noVerify, Parallelism: f.parallelism,
+		Inflight: f.inflight, Seconds: f.duration.Seconds()}
+	progress := func(msg string) { fmt.Fprintln(human(), "bench read:", msg) }
+	if jsonOut {
+		progress = func(msg string) {}
+	}
+
+	// Phase 1: ffkit ReadBatch.
+	cache, cerr := bench.MakeCold(f.direct, remote, local...)
+	res.Cache = string(cache)
+	if cerr != nil {
+		warnf("reads may be warm: %v", cerr)
+	}
+	progress(fmt.Sprintf("ffkit ReadBatch, %d batches of %d in flight, %s", f.inflight, f.batchSize, f.duration))
+	bufs := make([][]byte, f.inflight)
+	idx := make([][]int64, f.inflight)
+	rngs := make([]*rand.Rand, f.inflight)
+	for w := range rngs {
+		rngs[w] = rand.New(rand.NewPCG(f.seed, uint64(w)))
+		idx[w] = make([]int64, f.batchSize)
+	}
+	ours, err := bench.Run(ctx, bench.Options{Workers: f.inflight, Duration: f.duration, Warmup: f.warmup},
+		func(ctx context.Context, w int, seq int64) (int64, error) {
+			ix := idx[w]
+			for k := range ix {
+				ix[k] = rngs[w].Int64N(n)
+			}
+			size, err := r.BatchSize(ix)
+			if err != nil {
+				return 0, err
+			}
+			if int64(cap(bufs[w])) < size {
+				bufs[w] = make([]byte, size*2)
+			}
+			_, err = r.ReadBatchInto(ctx, ix, bufs[w][:size])
+			return size, err
+		})
+	if err != nil {
+		return fmt.Errorf("bench read: %w", err)
+	}
+	res.Batches = ours.Ops
+	res.SamplesPerSec = ours.OpsPerSec * float64(f.batchSize)
+	res.MiBPerSec = ours.MiBPerSec
+	res.BatchLatency = ours.Latency
+	res.BatchP50MS, res.BatchP99MS = ours.Latency.P50US/1000, ours.Latency.P99US/1000
+
+	// Phase 2: baseline, one plain pread per sample.
+	if _, err := bench.MakeCold(f.direct, remote, local...); err != nil && cerr == nil {
+		warnf("baseline reads may be warm: %v", err)
+	}
+	workers := f.parallelism * f.inflight
+	res.BaselineWorkers = workers
+	progress(fmt.Sprintf("baseline: one plain pread per sample, %d in flight, %s", workers, f.duration))
+	raw := make([]fs.File, len(files))
+	for i, fm := range files {
+		fsys, name, err := fs.Resolve(ctx, fm.Path)
+		if err != nil {
+			return err
+		}
+		if raw[i], err = fsys.Open(ctx, name, fs.OpenOptions{Direct: f.direct}); err != nil {
+			return fmt.Errorf("bench read: %w", err)
+		}
+		defer raw[i].Close()
+	}
+	pbufs := make([][]byte, workers)
+	prngs := make([]*rand.Rand, workers)
+	for w := range prngs {
+		prngs[w] = rand.New(rand.NewPCG(f.seed+1, uint64(w)))
+	}
+	base, err := bench.Run(ctx, bench.Options{Workers: workers, Duration: f.duration, Warmup: f.warmup},
+		func(ctx context.Context, w int, seq int64) (int64, error) {
+			file, off, l, err := r.Locate(prngs[w].Int64N(n))
+			if err != nil {
+				return 0, err
+			}
+			if int64(cap(pbufs[w])) < l {
+				pbufs[w] = make([]byte, l)
+			}
+			if _, err := raw[file].ReadAt(pbufs[w][:l], off); err != nil {
+				return 0, err
+			}
+			return l, nil
+		})
+	if err != nil {
+		return fmt.Errorf("bench read: baseline: %w", err)
+	}
+	res.BaselineSamplesPerSec = base.OpsPerSec
+	res.BaselineMiBPerSec = base.MiBPerSec
+	res.BaselineReadLatency = base.Latency
+	if base.OpsPerSec > 0 {
+		res.Ratio = res.SamplesPerSec / base.OpsPerSec
+	}
+	res.Comparison = append(res.Comparison,
+		bench.Compare("samples/s", res.SamplesPerSec, res.BaselineSamplesPerSec, "plain pread per sample"))
+
+	// Phase 3: fio on the largest file.
+	if f.fio {
+		if fs.IsURL(largest.Path) {
+			warnf("--fio needs a local file; skipped")
+		} else {
+			progress(fmt.Sprintf("fio 4 KiB randread, io_uring, iodepth 64, on %s", largest.Path))
+			fr, err := bench.RunFio(ctx, bench.FioJob{Filenames: []string{largest.Path}, RW: "randread",
+				BlockSize: 4096, IODepth: 64, Direct: f.direct, Runtime: f.duration, RampTime: f.warmup,
+				Extra: []string{"--readonly"}})
+			if err != nil {
+				warnf("fio: %v", err)
+			} else {
+				res.FioIOPS, res.FioEngine, res.FioFile = fr.Read.IOPS, fr.Engine, largest.Path
+				if fr.Read.IOPS > 0 {
+					res.FioRatio = res.SamplesPerSec / fr.Read.IOPS
+				}
+				res.Comparison = append(res.Comparison, bench.Compare("samples/s vs IOPS", res.SamplesPerSec, fr.Read.IOPS,
+					"fio randread 4 KiB "+fr.Engine+" iodepth 64"))
+			}
+		}
+	}
+
+	if jsonOut {
+		return printJSON(res)
+	}
+	t := bench.Table{
+		Title:  fmt.Sprintf("bench read: %d samples in %d file(s), median sample %s, batch %d, %s", n, len(files), bench.FormatBytes(st.MedianLen), f.batchSize, res.Cache),
+		Header: []string{"reader", "samples/s", "MiB/s", "p50 ms", "p99 ms", "ratio"},
+	}
+	t.AddRow("ffkit ReadBatch", bench.FormatFloat(res.SamplesPerSec, 0), bench.FormatFloat(res.MiBPerSec, 1),
+		bench.FormatFloat(res.BatchP50MS, 2), bench.FormatFloat(res.BatchP99MS, 2), bench.FormatRatio(res.Ratio))
+	t.AddRow(fmt.Sprintf("plain pread x%d", workers), bench.FormatFloat(res.BaselineSamplesPerSec, 0), bench.FormatFloat(res.BaselineMiBPerSec, 1),
+		bench.FormatFloat(base.Latency.P50US/1000, 2), bench.FormatFloat(base.Latency.P99US/1000, 2), "1.00x")
+	if res.FioIOPS > 0 {
+		t.AddRow("fio randread 4 KiB "+res.FioEngine+" qd64", bench.FormatFloat(res.FioIOPS, 0), "", "", "", bench.FormatRatio(res.FioRatio))
+	}
+	t.Notes = append(t.Notes,
+		"ffkit latencies are per batch; the baseline's are per pread",
+		fmt.Sprintf("ratio = ffkit samples/s over the row's samples/s; %d batches of %d in flight, %d reads in flight each", f.inflight, f.batchSize, f.parallelism))
+	return t.Write(human())
+}
