@@ -95,7 +95,7 @@ hanging its callers.`,
 	}
 	f := c.Flags()
 	f.BoolVar(&o.ReadOnly, "read-only", false, "refuse every change (EROFS)")
-	f.DurationVar(&o.Timeout, "timeout", 60*time.Second, "bound on every call into the storage; past it the caller gets ETIMEDOUT")
+	f.DurationVar(&o.Timeout, "timeout", 75*time.Second, "bound on every call into the storage; past it the caller gets ETIMEDOUT")
 	f.DurationVar(&o.AttrTimeout, "attr-timeout", 0, "how long the kernel may cache names and attributes (0: revalidate on every open)")
 	f.StringVar(&maxRequest, "max-request", "1M", "largest FUSE read/write request (max_read, max_write)")
 	f.StringVar(&raWindow, "read-ahead", "8M", "read-ahead window of a file read sequentially (0: off)")

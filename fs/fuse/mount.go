@@ -31,8 +31,9 @@ type Options struct {
 	// ReadOnly refuses every change with EROFS. Default false.
 	ReadOnly bool
 	// Timeout bounds every call into the storage; past it the caller gets
-	// ETIMEDOUT. Default 60s (longer than the cluster client's retry
-	// budget through a reconfiguration, 30s, so failover is not cut short).
+	// ETIMEDOUT. Default 75s: longer than the cluster client's own retry
+	// budget (fs/client Options.RetryTimeout, 60s), so a failover in
+	// progress is not cut short and the client's error wins when it gives up.
 	Timeout time.Duration
 	// AttrTimeout is how long the kernel may cache names and attributes.
 	// Default 0: every open revalidates (exact close-to-open consistency).
@@ -70,7 +71,7 @@ type Options struct {
 
 func (o *Options) setDefaults() {
 	if o.Timeout <= 0 {
-		o.Timeout = 60 * time.Second
+		o.Timeout = 75 * time.Second
 	}
 	if o.MaxRequest <= 0 {
 		o.MaxRequest = 1 << 20
@@ -212,8 +213,12 @@ func Mount(backend fs.FS, root, mountpoint string, opts Options) (*Server, error
 		DisableXAttrs:            true,
 		ExplicitDataCacheControl: true, // no GETATTR before every read; open drops stale pages
 		DisableSplice:            true, // replies come from Go memory; never bounded by the pipe size
-		Debug:                    opts.Debug,
-		Logger:                   opts.Logger,
+		// O_TRUNC arrives with OPEN (a sequential-only backend can then
+		// rewrite a file), and one large O_DIRECT read or write becomes
+		// MaxRequest-sized requests sent in parallel.
+		ExtraCapabilities: gofuse.CAP_ATOMIC_O_TRUNC | gofuse.CAP_ASYNC_DIO,
+		Debug:             opts.Debug,
+		Logger:            opts.Logger,
 	}
 	if opts.ReadOnly {
 		mo.Options = append(mo.Options, "ro")

@@ -1,0 +1,234 @@
+package fuse_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/ffkit/ffkit/fs"
+	"github.com/ffkit/ffkit/fs/fuse"
+	"github.com/ffkit/ffkit/fs/localfs"
+)
+
+// TestFio runs short fio jobs on the mount: random writes with checksums
+// verified on read-back, then sequential and random reads.
+func TestFio(t *testing.T) {
+	if _, err := exec.LookPath("fio"); err != nil {
+		t.Skip("fio is not installed (scripts/setup.sh installs it)")
+	}
+	src := t.TempDir()
+	mnt, srv := mount(t, localfs.New(), src, fuse.Options{})
+	for _, args := range [][]string{
+		{"--name=verify", "--rw=randwrite", "--bs=4k", "--size=8M", "--verify=crc32c", "--do_verify=1", "--ioengine=psync"},
+		{"--name=verifydirect", "--rw=write", "--bs=1M", "--size=16M", "--verify=crc32c", "--do_verify=1", "--direct=1", "--ioengine=psync"},
+		{"--name=seqread", "--rw=read", "--bs=128k", "--size=16M", "--direct=1", "--ioengine=psync", "--numjobs=2"},
+		{"--name=randread", "--rw=randread", "--bs=4k", "--size=16M", "--direct=1", "--ioengine=libaio", "--iodepth=32", "--io_size=4M"},
+	} {
+		cmd := exec.Command("fio", append([]string{"--directory=" + mnt, "--output-format=terse"}, args...)...)
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("fio %s: %v\n%s", args[0], err, out)
+		}
+		if bytes.Contains(out, []byte("verify:")) || bytes.Contains(out, []byte("bad magic")) {
+			t.Fatalf("fio %s reported a verification failure:\n%s", args[0], out)
+		}
+	}
+	st := srv.Stats()
+	if st.ReadAheadHits == 0 || st.Batches == 0 {
+		t.Errorf("fio's sequential reads used no read-ahead or no batches: %+v", st)
+	}
+	t.Logf("mount stats: %+v", st)
+}
+
+// TestParquetPyarrow: pyarrow reads through the mount a Parquet file
+// written natively, and writes one through the mount that reads back natively.
+func TestParquetPyarrow(t *testing.T) {
+	if err := exec.Command("python3", "-c", "import pyarrow.parquet").Run(); err != nil {
+		t.Skip("pyarrow is not installed (scripts/setup.sh installs it): skipping the Parquet test")
+	}
+	src := t.TempDir()
+	mnt, _ := mount(t, localfs.New(), src, fuse.Options{})
+	script := `
+import sys, pyarrow as pa, pyarrow.parquet as pq
+src, mnt = sys.argv[1], sys.argv[2]
+n = 200000
+t = pa.table({"id": pa.array(range(n), pa.int64()), "name": pa.array(["row%d" % i for i in range(n)])})
+pq.write_table(t, src + "/native.parquet", row_group_size=50000)
+got = pq.read_table(mnt + "/native.parquet")
+assert got.equals(t), "read through the mount differs"
+pf = pq.ParquetFile(mnt + "/native.parquet")
+assert pf.metadata.num_row_groups == 4, pf.metadata.num_row_groups
+assert pf.read_row_group(2).column("id")[0].as_py() == 100000
+pq.write_table(t, mnt + "/mounted.parquet")
+assert pq.read_table(src + "/mounted.parquet").equals(t), "written through the mount differs"
+print("ok")
+`
+	out, err := exec.Command("python3", "-c", script, src, mnt).CombinedOutput()
+	if err != nil || strings.TrimSpace(string(out)) != "ok" {
+		t.Fatalf("pyarrow through the mount: %v\n%s", err, out)
+	}
+}
+
+// stallFS is a storage that stops answering when stalled is set: every
+// call blocks until its context ends, as a cluster that went away.
+type stallFS struct {
+	fs.FS
+	stalled atomic.Bool
+}
+
+func (s *stallFS) wait(ctx context.Context) error {
+	if !s.stalled.Load() {
+		return nil
+	}
+	<-ctx.Done()
+	return ctx.Err()
+}
+
+func (s *stallFS) Stat(ctx context.Context, name string) (fs.FileInfo, error) {
+	if err := s.wait(ctx); err != nil {
+		return fs.FileInfo{}, err
+	}
+	return s.FS.Stat(ctx, name)
+}
+
+func (s *stallFS) Open(ctx context.Context, name string, o fs.OpenOptions) (fs.File, error) {
+	if err := s.wait(ctx); err != nil {
+		return nil, err
+	}
+	return s.FS.Open(ctx, name, o)
+}
+
+func (s *stallFS) List(ctx context.Context, dir string) ([]fs.FileInfo, error) {
+	if err := s.wait(ctx); err != nil {
+		return nil, err
+	}
+	return s.FS.List(ctx, dir)
+}
+
+func (s *stallFS) ReadBatch(ctx context.Context, reqs []fs.ReadRequest) error {
+	if err := s.wait(ctx); err != nil {
+		return err
+	}
+	return s.FS.ReadBatch(ctx, reqs)
+}
+
+// TestStorageGoneTimesOut: when the storage stops answering, callers get
+// ETIMEDOUT after Options.Timeout instead of hanging, and the mount
+// serves again once the storage is back.
+func TestStorageGoneTimesOut(t *testing.T) {
+	src := t.TempDir()
+	os.WriteFile(filepath.Join(src, "f"), bytes.Repeat([]byte("x"), 1<<20), 0o644)
+	back := &stallFS{FS: localfs.New()}
+	mnt, _ := mount(t, back, src, fuse.Options{Timeout: 300 * time.Millisecond, ReadAhead: -1})
+	f, err := os.Open(filepath.Join(mnt, "f"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	back.stalled.Store(true)
+	check := func(what string, err error) {
+		t.Helper()
+		if !errors.Is(err, syscall.ETIMEDOUT) {
+			t.Errorf("%s with the storage gone: %v, want ETIMEDOUT", what, err)
+		}
+	}
+	start := time.Now()
+	_, err = os.Stat(filepath.Join(mnt, "f"))
+	check("stat", err)
+	_, err = f.ReadAt(make([]byte, 4096), 8192)
+	check("read", err)
+	_, err = os.ReadDir(mnt)
+	check("readdir", err)
+	if d := time.Since(start); d > 20*time.Second {
+		t.Errorf("three calls took %v with a 300ms timeout", d)
+	}
+	back.stalled.Store(false)
+	buf := make([]byte, 4096)
+	if _, err := f.ReadAt(buf, 8192); err != nil || buf[0] != 'x' {
+		t.Fatalf("read after the storage came back: %v", err)
+	}
+}
+
+// plainFS hides the backend's optional capabilities: only the fs.FS
+// contract (whole files published by Create + Commit) is left.
+type plainFS struct{ fs.FS }
+
+func TestSequentialOnlyBackend(t *testing.T) {
+	src := t.TempDir()
+	mnt, _ := mount(t, plainFS{localfs.New()}, src, fuse.Options{})
+	data := pattern(9, 3<<20+1)
+	if err := os.WriteFile(filepath.Join(mnt, "new"), data, 0o644); err != nil {
+		t.Fatalf("write a new file sequentially: %v", err)
+	}
+	if got, _ := os.ReadFile(filepath.Join(src, "new")); !bytes.Equal(got, data) {
+		t.Fatalf("published file: %d bytes, want %d", len(got), len(data))
+	}
+	if got, err := os.ReadFile(filepath.Join(mnt, "new")); err != nil || !bytes.Equal(got, data) {
+		t.Fatalf("read back through the mount: %v", err)
+	}
+	// Rewriting a whole file replaces it.
+	if err := os.WriteFile(filepath.Join(mnt, "new"), []byte("short"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := os.ReadFile(filepath.Join(src, "new")); string(got) != "short" {
+		t.Fatalf("after rewrite: %q", got)
+	}
+	// Writes at offsets need fs.RandomAccessFS.
+	if _, err := os.OpenFile(filepath.Join(mnt, "new"), os.O_RDWR, 0); !errors.Is(err, syscall.ENOTSUP) {
+		t.Fatalf("O_RDWR open without random-access support: %v, want ENOTSUP", err)
+	}
+	f, err := os.Create(filepath.Join(mnt, "gap"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.WriteAt([]byte("x"), 100); !errors.Is(err, syscall.ENOTSUP) {
+		t.Errorf("write at a gap: %v, want ENOTSUP", err)
+	}
+	f.Close()
+}
+
+func TestReadOnly(t *testing.T) {
+	src := t.TempDir()
+	os.WriteFile(filepath.Join(src, "f"), []byte("data"), 0o644)
+	mnt, _ := mount(t, localfs.New(), src, fuse.Options{ReadOnly: true})
+	if got, err := os.ReadFile(filepath.Join(mnt, "f")); err != nil || string(got) != "data" {
+		t.Fatalf("read: %q %v", got, err)
+	}
+	for what, err := range map[string]error{
+		"create": os.WriteFile(filepath.Join(mnt, "g"), nil, 0o644),
+		"mkdir":  os.Mkdir(filepath.Join(mnt, "d"), 0o755),
+		"remove": os.Remove(filepath.Join(mnt, "f")),
+		"rename": os.Rename(filepath.Join(mnt, "f"), filepath.Join(mnt, "h")),
+	} {
+		if !errors.Is(err, syscall.EROFS) {
+			t.Errorf("%s on a read-only mount: %v, want EROFS", what, err)
+		}
+	}
+}
+
+func TestErrnoMapping(t *testing.T) {
+	for _, c := range []struct {
+		err  error
+		want syscall.Errno
+	}{
+		{fs.ErrNotExist, syscall.ENOENT},
+		{fs.ErrExist, syscall.EEXIST},
+		{fs.ErrNoSpace, syscall.ENOSPC},
+		{fs.ErrUnavailable, syscall.EIO},
+		{context.DeadlineExceeded, syscall.ETIMEDOUT},
+		{&os.PathError{Op: "rmdir", Path: "x", Err: syscall.ENOTEMPTY}, syscall.ENOTEMPTY},
+		{errors.New("anything else"), syscall.EIO},
+	} {
+		if got := fuse.Errno(c.err); got != c.want {
+			t.Errorf("Errno(%v) = %v, want %v", c.err, got, c.want)
+		}
+	}
+}
