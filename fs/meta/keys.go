@@ -1,0 +1,91 @@
+package meta
+
+import (
+	"encoding/binary"
+	"fmt"
+)
+
+// The key schema of the metadata store. It exists once here and once in
+// docs/meta-schema.md; TestSchemaDocInSync keeps the two in sync (every
+// row of Schema must appear verbatim in the document's table).
+//
+// Every key starts with a 4-byte ASCII prefix. Inode ids are 8 bytes
+// big-endian, so the entries of one directory (DENT + parent) and the
+// sessions of one inode (INOS + inode) are contiguous key ranges: listing
+// a directory, testing it for emptiness, and finding a file's writers are
+// single range reads. Values are JSON.
+
+// Key prefixes.
+const (
+	prefixInode   = "INOD"
+	prefixDentry  = "DENT"
+	prefixSession = "INOS"
+	prefixIdem    = "IDEM"
+	prefixGC      = "GCQU"
+	prefixServer  = "MSRV"
+	keyInodeAlloc = "IALC"
+)
+
+// SchemaRow documents one kind of key.
+type SchemaRow struct {
+	Key   string // the key's layout
+	Value string // what the value holds
+}
+
+// Schema is the whole key schema, in the order docs/meta-schema.md lists it.
+var Schema = []SchemaRow{
+	{"INOD + inode (8 bytes BE)", "Inode JSON: id, type, parent and name (no hard links), size, mtime, truncate version, layout (chunk size, chains), nlink"},
+	{"DENT + parent inode (8 bytes BE) + name", "Dentry JSON: inode id, is_dir, and a copy of size and mtime so that a listing is one range read"},
+	{"INOS + inode (8 bytes BE) + session id", "Session JSON: client, expiry; a write session of the inode (an unlinked inode with sessions is not collected)"},
+	{"IDEM + request id", "Idem JSON: the stored result of a create, mkdir, rename, remove or commit, and when it was stored; a retried request returns it instead of acting twice"},
+	{"GCQU + inode (8 bytes BE)", "GC JSON: the chains and first chunk index to remove of a deleted or truncated file; the collector removes the chunks, then the record (and the inode)"},
+	{"MSRV + server address", "Server JSON: a live metadata server and its lease expiry; clients find metadata servers here through mgmtd"},
+	{"IALC", "the next free inode id (8 bytes BE); servers take ids in blocks of 1024"},
+}
+
+// RootInode is the root directory's inode id.
+const RootInode uint64 = 1
+
+func inodeKey(id uint64) []byte {
+	k := make([]byte, 0, 12)
+	k = append(k, prefixInode...)
+	return binary.BigEndian.AppendUint64(k, id)
+}
+
+func dentryPrefix(parent uint64) []byte {
+	k := make([]byte, 0, 12)
+	k = append(k, prefixDentry...)
+	return binary.BigEndian.AppendUint64(k, parent)
+}
+
+func dentryKey(parent uint64, name string) []byte {
+	return append(dentryPrefix(parent), name...)
+}
+
+// dentryName extracts the name from a DENT key.
+func dentryName(k []byte) (string, error) {
+	if len(k) < 12 || string(k[:4]) != prefixDentry {
+		return "", fmt.Errorf("meta: bad dentry key %q", k)
+	}
+	return string(k[12:]), nil
+}
+
+func sessionPrefix(inode uint64) []byte {
+	k := make([]byte, 0, 12)
+	k = append(k, prefixSession...)
+	return binary.BigEndian.AppendUint64(k, inode)
+}
+
+func sessionKey(inode uint64, session string) []byte {
+	return append(sessionPrefix(inode), session...)
+}
+
+func idemKey(req string) []byte { return append([]byte(prefixIdem), req...) }
+
+func gcKey(inode uint64) []byte {
+	k := make([]byte, 0, 12)
+	k = append(k, prefixGC...)
+	return binary.BigEndian.AppendUint64(k, inode)
+}
+
+func serverKey(addr string) []byte { return append([]byte(prefixServer), addr...) }

@@ -1,0 +1,46 @@
+package meta
+
+// Method numbers of the metadata service (mgmtd answers 1-15, storage
+// 16-47, meta 48-79).
+const (
+	MStat uint16 = 48 + iota
+	MStatInode
+	MReaddir
+	MMkdir
+	MCreate
+	MRemove
+	MRename
+	MBeginFile
+	MCommitFile
+	MAbandonFile
+	MExtend
+	MCloseSession
+	MOpenWrite
+	MTruncate
+)
+
+// Request is the header of every metadata call; each method reads the
+// fields it needs.
+type Request struct {
+	// ReqID makes create, mkdir, remove, rename and commit idempotent: a
+	// retry with the same id returns the first outcome.
+	ReqID    string `json:"req,omitempty"`
+	Path     string `json:"path,omitempty"`
+	Dst      string `json:"dst,omitempty"`
+	Inode    uint64 `json:"inode,omitempty"`
+	Session  string `json:"session,omitempty"`
+	Client   string `json:"client,omitempty"`
+	Size     int64  `json:"size,omitempty"`
+	TruncVer uint64 `json:"truncver,omitempty"`
+	// Parents (mkdir -p), Exclusive (O_EXCL), Create (O_CREAT).
+	Parents   bool `json:"parents,omitempty"`
+	Exclusive bool `json:"excl,omitempty"`
+	Create    bool `json:"create,omitempty"`
+}
+
+// Response is the header of every metadata reply.
+type Response struct {
+	Inode   *Inode  `json:"inode,omitempty"`
+	Session string  `json:"session,omitempty"`
+	Entries []Entry `json:"entries,omitempty"`
+}

@@ -1,0 +1,899 @@
+package meta
+
+import (
+	"context"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	iofs "io/fs"
+	"math/rand/v2"
+	"sync"
+	"time"
+
+	"github.com/ffkit/ffkit/fs/kv"
+	"github.com/ffkit/ffkit/fs/proto"
+)
+
+// Options configure a Service. Zero values take the defaults.
+type Options struct {
+	// Store holds all metadata. Required.
+	Store kv.Store
+	// Chunks is the data plane: the chain table for layouts and chunk
+	// removal for GC. Required for creating files and for GC.
+	Chunks Chunks
+	// Stripe is how many chains a new file's chunks rotate over (capped
+	// at the chain table's size). Default 8.
+	Stripe int
+	// ChunkSize of new files. Default: Chunks.ChunkSize().
+	ChunkSize int64
+	// SessionTTL: a write session not renewed for this long has ended.
+	// Default 60 s.
+	SessionTTL time.Duration
+	// IdemTTL: how long a request's stored result is kept. Default 30 min.
+	IdemTTL time.Duration
+}
+
+// Service is the metadata logic over a kv.Store. It keeps no state of its
+// own beyond a block of pre-allocated inode ids, so any number of Services
+// (one per metadata server) work on one store at once. Safe for concurrent use.
+type Service struct {
+	opts  Options
+	store kv.Store
+
+	idMu   sync.Mutex
+	nextID uint64 // guarded by idMu: next id of the allocated block
+	endID  uint64 // guarded by idMu: end of the block (exclusive)
+}
+
+// NewService returns a Service and makes sure the root directory exists.
+func NewService(ctx context.Context, opts Options) (*Service, error) {
+	if opts.Store == nil {
+		return nil, fmt.Errorf("meta: a kv store is required")
+	}
+	if opts.Stripe <= 0 {
+		opts.Stripe = 8
+	}
+	if opts.SessionTTL <= 0 {
+		opts.SessionTTL = 60 * time.Second
+	}
+	if opts.IdemTTL <= 0 {
+		opts.IdemTTL = 30 * time.Minute
+	}
+	s := &Service{opts: opts, store: opts.Store}
+	err := s.store.Update(ctx, func(tx kv.Txn) error {
+		_, ok, err := tx.Get(ctx, inodeKey(RootInode))
+		if err != nil || ok {
+			return err
+		}
+		putInode(tx, &Inode{ID: RootInode, Type: TypeDir, Parent: RootInode, Nlink: 2, MTime: nowNano()})
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("meta: create root: %w", err)
+	}
+	return s, nil
+}
+
+const idBlock = 1024
+
+// allocID returns a fresh inode id, taking a block of ids from the store
+// when the local block is used up (ids lost in a crash are never reused).
+func (s *Service) allocID(ctx context.Context) (uint64, error) {
+	s.idMu.Lock()
+	defer s.idMu.Unlock()
+	if s.nextID < s.endID {
+		s.nextID++
+		return s.nextID - 1, nil
+	}
+	var start uint64
+	err := s.store.Update(ctx, func(tx kv.Txn) error {
+		v, ok, err := tx.Get(ctx, []byte(keyInodeAlloc))
+		if err != nil {
+			return err
+		}
+		start = RootInode + 1
+		if ok && len(v) == 8 {
+			start = binary.BigEndian.Uint64(v)
+		}
+		tx.Set([]byte(keyInodeAlloc), binary.BigEndian.AppendUint64(nil, start+idBlock))
+		return nil
+	})
+	if err != nil {
+		return 0, fmt.Errorf("meta: allocate inode ids: %w", err)
+	}
+	s.nextID, s.endID = start+1, start+idBlock
+	return start, nil
+}
+
+func (s *Service) newLayout() (*Layout, error) {
+	if s.opts.Chunks == nil {
+		return nil, merr(ErrNoChains, "meta: no data plane configured")
+	}
+	chains := s.opts.Chunks.Chains()
+	if len(chains) == 0 {
+		return nil, merr(ErrNoChains, "meta: new file")
+	}
+	cs := s.opts.ChunkSize
+	if cs <= 0 {
+		cs = s.opts.Chunks.ChunkSize()
+	}
+	if cs <= 0 {
+		cs = proto.DefaultChunkSize
+	}
+	n := min(s.opts.Stripe, len(chains))
+	base := rand.IntN(len(chains))
+	l := &Layout{ChunkSize: cs}
+	for i := 0; i < n; i++ {
+		l.Chains = append(l.Chains, chains[(base+i)%len(chains)])
+	}
+	return l, nil
+}
+
+// --- small helpers over a transaction ---
+
+type reader interface {
+	Get(ctx context.Context, key []byte) ([]byte, bool, error)
+}
+
+type snap struct{ tx kv.Txn }
+
+func (r snap) Get(ctx context.Context, k []byte) ([]byte, bool, error) {
+	return r.tx.SnapshotGet(ctx, k)
+}
+
+func getJSON(ctx context.Context, r reader, key []byte, v any) (bool, error) {
+	b, ok, err := r.Get(ctx, key)
+	if err != nil || !ok {
+		return false, err
+	}
+	if err := json.Unmarshal(b, v); err != nil {
+		return false, fmt.Errorf("meta: corrupt value under %q: %w", key, err)
+	}
+	return true, nil
+}
+
+func setJSON(tx kv.Txn, key []byte, v any) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		panic(err) // our own plain structs always marshal
+	}
+	tx.Set(key, b)
+}
+
+func getInode(ctx context.Context, r reader, id uint64) (*Inode, error) {
+	var n Inode
+	ok, err := getJSON(ctx, r, inodeKey(id), &n)
+	if err != nil {
+		return nil, err
+	}
+	if !ok {
+		return nil, merr(iofs.ErrNotExist, "meta: inode %d", id)
+	}
+	return &n, nil
+}
+
+func putInode(tx kv.Txn, n *Inode) { setJSON(tx, inodeKey(n.ID), n) }
+
+func dentryOf(n *Inode) Dentry {
+	return Dentry{Inode: n.ID, IsDir: n.IsDir(), Size: n.Size, MTime: n.MTime}
+}
+
+func putDentry(tx kv.Txn, parent uint64, name string, n *Inode) {
+	setJSON(tx, dentryKey(parent, name), dentryOf(n))
+}
+
+// walk resolves comps from the root with snapshot reads and returns the
+// inode id each names; every component but the last must be a directory.
+func walk(ctx context.Context, r reader, path string, comps []string) (uint64, *Dentry, error) {
+	cur := RootInode
+	var d *Dentry
+	for i, c := range comps {
+		var de Dentry
+		ok, err := getJSON(ctx, r, dentryKey(cur, c), &de)
+		if err != nil {
+			return 0, nil, err
+		}
+		if !ok {
+			return 0, nil, merr(iofs.ErrNotExist, "meta: %s", path)
+		}
+		if i < len(comps)-1 && !de.IsDir {
+			return 0, nil, merr(ErrNotDir, "meta: %s: %s", path, c)
+		}
+		cur, d = de.Inode, &de
+	}
+	return cur, d, nil
+}
+
+// parentDir resolves the directory holding the last component of path and
+// reads its inode with a conflict-checked Get (a concurrent rmdir conflicts).
+func parentDir(ctx context.Context, tx kv.Txn, path string, comps []string) (uint64, error) {
+	pid, _, err := walk(ctx, snap{tx}, path, comps[:len(comps)-1])
+	if err != nil {
+		return 0, err
+	}
+	p, err := getInode(ctx, tx, pid)
+	if err != nil {
+		return 0, merr(iofs.ErrNotExist, "meta: %s: parent directory", path)
+	}
+	if !p.IsDir() {
+		return 0, merr(ErrNotDir, "meta: %s: parent", path)
+	}
+	return pid, nil
+}
+
+// withIdem runs fn in a transaction that stores fn's result under the
+// request id, or returns the stored result of an earlier run of the same
+// request.
+func (s *Service) withIdem(ctx context.Context, req string, fn func(tx kv.Txn) (any, error), out any) error {
+	var res []byte
+	err := s.store.Update(ctx, func(tx kv.Txn) error {
+		res = nil
+		if req != "" {
+			var rec idem
+			ok, err := getJSON(ctx, tx, idemKey(req), &rec)
+			if err != nil {
+				return err
+			}
+			if ok {
+				res = rec.Result
+				return nil
+			}
+		}
+		v, err := fn(tx)
+		if err != nil {
+			return err
+		}
+		b, err := json.Marshal(v)
+		if err != nil {
+			return err
+		}
+		if req != "" {
+			setJSON(tx, idemKey(req), idem{Result: b, At: nowNano()})
+		}
+		res = b
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	if out != nil && len(res) > 0 {
+		return json.Unmarshal(res, out)
+	}
+	return nil
+}
+
+// --- read operations ---
+
+// Stat returns the inode at path.
+func (s *Service) Stat(ctx context.Context, path string) (*Inode, error) {
+	comps, err := splitPath(path)
+	if err != nil {
+		return nil, err
+	}
+	var n *Inode
+	err = s.store.View(ctx, func(tx kv.ReadTxn) error {
+		id, _, err := walk(ctx, tx, path, comps)
+		if err != nil {
+			return err
+		}
+		n, err = getInode(ctx, tx, id)
+		return err
+	})
+	return n, err
+}
+
+// StatInode returns inode id.
+func (s *Service) StatInode(ctx context.Context, id uint64) (*Inode, error) {
+	var n *Inode
+	err := s.store.View(ctx, func(tx kv.ReadTxn) error {
+		var err error
+		n, err = getInode(ctx, tx, id)
+		return err
+	})
+	return n, err
+}
+
+// Readdir lists the directory at path in name order.
+func (s *Service) Readdir(ctx context.Context, path string) ([]Entry, error) {
+	comps, err := splitPath(path)
+	if err != nil {
+		return nil, err
+	}
+	var out []Entry
+	err = s.store.View(ctx, func(tx kv.ReadTxn) error {
+		out = nil
+		id, d, err := walk(ctx, tx, path, comps)
+		if err != nil {
+			return err
+		}
+		if d != nil && !d.IsDir {
+			return merr(ErrNotDir, "meta: %s", path)
+		}
+		p := dentryPrefix(id)
+		kvs, err := tx.Range(ctx, p, kv.PrefixEnd(p), 0)
+		if err != nil {
+			return err
+		}
+		for _, e := range kvs {
+			name, err := dentryName(e.Key)
+			if err != nil {
+				return err
+			}
+			var de Dentry
+			if err := json.Unmarshal(e.Value, &de); err != nil {
+				return fmt.Errorf("meta: corrupt entry %q in %s: %w", name, path, err)
+			}
+			out = append(out, Entry{Name: name, Dentry: de})
+		}
+		return nil
+	})
+	return out, err
+}
+
+// --- namespace operations (idempotent under a request id) ---
+
+// Mkdir creates the directory at path; with parents, missing parents too,
+// and an existing directory is not an error.
+func (s *Service) Mkdir(ctx context.Context, req, path string, parents bool) (*Inode, error) {
+	comps, err := splitPath(path)
+	if err != nil {
+		return nil, err
+	}
+	if len(comps) == 0 {
+		if parents {
+			return s.Stat(ctx, "/")
+		}
+		return nil, merr(iofs.ErrExist, "meta: /")
+	}
+	// Ids are taken before the transaction, which may run more than once.
+	ids := make([]uint64, len(comps))
+	for i := range ids {
+		if ids[i], err = s.allocID(ctx); err != nil {
+			return nil, err
+		}
+	}
+	var out Inode
+	err = s.withIdem(ctx, req, func(tx kv.Txn) (any, error) {
+		cur := RootInode
+		var last *Inode
+		for i, c := range comps {
+			var de Dentry
+			ok, err := getJSON(ctx, snap{tx}, dentryKey(cur, c), &de)
+			if err != nil {
+				return nil, err
+			}
+			if ok {
+				if i == len(comps)-1 && (!parents || !de.IsDir) {
+					return nil, merr(iofs.ErrExist, "meta: mkdir %s", path)
+				}
+				if !de.IsDir {
+					return nil, merr(ErrNotDir, "meta: mkdir %s: %s", path, c)
+				}
+				cur = de.Inode
+				if i == len(comps)-1 {
+					return getInode(ctx, tx, cur)
+				}
+				continue
+			}
+			if i < len(comps)-1 && !parents {
+				return nil, merr(iofs.ErrNotExist, "meta: mkdir %s: parent %s", path, c)
+			}
+			// Create c in cur: the parent must still exist, the name be free.
+			if _, err := getInode(ctx, tx, cur); err != nil {
+				return nil, merr(iofs.ErrNotExist, "meta: mkdir %s: parent", path)
+			}
+			if _, ok, err := tx.Get(ctx, dentryKey(cur, c)); err != nil || ok {
+				if err == nil {
+					err = merr(iofs.ErrExist, "meta: mkdir %s", path)
+				}
+				return nil, err
+			}
+			n := &Inode{ID: ids[i], Type: TypeDir, Parent: cur, Name: c, Nlink: 2, MTime: nowNano()}
+			putInode(tx, n)
+			putDentry(tx, cur, c, n)
+			cur, last = n.ID, n
+		}
+		return last, nil
+	}, &out)
+	if err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
+// Create creates an empty file at path with a new layout. With exclusive,
+// an existing file is an error (of two exclusive creates of one name,
+// exactly one succeeds); without, the existing file is returned.
+func (s *Service) Create(ctx context.Context, req, path string, exclusive bool) (*Inode, error) {
+	comps, err := splitPath(path)
+	if err != nil {
+		return nil, err
+	}
+	if len(comps) == 0 {
+		return nil, merr(ErrIsDir, "meta: create /")
+	}
+	id, err := s.allocID(ctx)
+	if err != nil {
+		return nil, err
+	}
+	layout, err := s.newLayout()
+	if err != nil {
+		return nil, err
+	}
+	var out Inode
+	err = s.withIdem(ctx, req, func(tx kv.Txn) (any, error) {
+		pid, err := parentDir(ctx, tx, path, comps)
+		if err != nil {
+			return nil, err
+		}
+		name := comps[len(comps)-1]
+		var de Dentry
+		ok, err := getJSON(ctx, tx, dentryKey(pid, name), &de)
+		if err != nil {
+			return nil, err
+		}
+		if ok {
+			if de.IsDir {
+				return nil, merr(ErrIsDir, "meta: create %s", path)
+			}
+			if exclusive {
+				return nil, merr(iofs.ErrExist, "meta: create %s", path)
+			}
+			return getInode(ctx, tx, de.Inode)
+		}
+		n := &Inode{ID: id, Type: TypeFile, Parent: pid, Name: name, Nlink: 1, MTime: nowNano(), Layout: layout}
+		putInode(tx, n)
+		putDentry(tx, pid, name, n)
+		return n, nil
+	}, &out)
+	if err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
+// unlinkFileLocked detaches file inode n (already read conflict-checked)
+// from the namespace and queues its chunks for collection.
+func unlinkFile(tx kv.Txn, n *Inode) {
+	n.Parent, n.Name, n.Nlink = 0, "", 0
+	putInode(tx, n)
+	if n.Layout != nil {
+		setJSON(tx, gcKey(n.ID), gcRecord{Inode: n.ID, Layout: *n.Layout, Delete: true, Queued: nowNano()})
+	} else {
+		tx.Delete(inodeKey(n.ID))
+	}
+}
+
+// Remove removes the file or empty directory at path.
+func (s *Service) Remove(ctx context.Context, req, path string) error {
+	comps, err := splitPath(path)
+	if err != nil {
+		return err
+	}
+	if len(comps) == 0 {
+		return merr(ErrInvalid, "meta: remove /")
+	}
+	return s.withIdem(ctx, req, func(tx kv.Txn) (any, error) {
+		pid, err := parentDir(ctx, tx, path, comps)
+		if err != nil {
+			return nil, err
+		}
+		name := comps[len(comps)-1]
+		var de Dentry
+		ok, err := getJSON(ctx, tx, dentryKey(pid, name), &de)
+		if err != nil {
+			return nil, err
+		}
+		if !ok {
+			return nil, merr(iofs.ErrNotExist, "meta: remove %s", path)
+		}
+		n, err := getInode(ctx, tx, de.Inode)
+		if err != nil {
+			return nil, err
+		}
+		tx.Delete(dentryKey(pid, name))
+		if n.IsDir() {
+			p := dentryPrefix(n.ID)
+			kids, err := tx.Range(ctx, p, kv.PrefixEnd(p), 1)
+			if err != nil {
+				return nil, err
+			}
+			if len(kids) > 0 {
+				return nil, merr(ErrNotEmpty, "meta: remove %s", path)
+			}
+			tx.Delete(inodeKey(n.ID))
+			return true, nil
+		}
+		unlinkFile(tx, n)
+		return true, nil
+	}, nil)
+}
+
+// Rename moves src to dst atomically. An existing file at dst is replaced
+// (its chunks collected); an existing empty directory is replaced by a
+// directory. A directory cannot move under itself: of two concurrent
+// renames that would together make a cycle, one fails with ErrInvalid.
+func (s *Service) Rename(ctx context.Context, req, src, dst string) error {
+	sc, err := splitPath(src)
+	if err != nil {
+		return err
+	}
+	dc, err := splitPath(dst)
+	if err != nil {
+		return err
+	}
+	if len(sc) == 0 || len(dc) == 0 {
+		return merr(ErrInvalid, "meta: rename %s to %s: the root cannot move or be replaced", src, dst)
+	}
+	return s.withIdem(ctx, req, func(tx kv.Txn) (any, error) {
+		sp, err := parentDir(ctx, tx, src, sc)
+		if err != nil {
+			return nil, err
+		}
+		sname := sc[len(sc)-1]
+		var sde Dentry
+		ok, err := getJSON(ctx, tx, dentryKey(sp, sname), &sde)
+		if err != nil {
+			return nil, err
+		}
+		if !ok {
+			return nil, merr(iofs.ErrNotExist, "meta: rename %s", src)
+		}
+		dp, err := parentDir(ctx, tx, dst, dc)
+		if err != nil {
+			return nil, err
+		}
+		dname := dc[len(dc)-1]
+		n, err := getInode(ctx, tx, sde.Inode)
+		if err != nil {
+			return nil, err
+		}
+		if n.IsDir() {
+			// Walk up from the destination's parent with conflict-checked
+			// reads: src must not be an ancestor (or the parent itself).
+			for cur, steps := dp, 0; ; steps++ {
+				if cur == n.ID {
+					return nil, merr(ErrInvalid, "meta: rename %s to %s: a directory cannot move under itself", src, dst)
+				}
+				if cur == RootInode {
+					break
+				}
+				a, err := getInode(ctx, tx, cur)
+				if err != nil {
+					return nil, err
+				}
+				if steps > 4096 {
+					return nil, fmt.Errorf("meta: rename %s: directory chain too deep at inode %d", dst, cur)
+				}
+				cur = a.Parent
+			}
+		}
+		var dde Dentry
+		ok, err = getJSON(ctx, tx, dentryKey(dp, dname), &dde)
+		if err != nil {
+			return nil, err
+		}
+		if ok {
+			if dde.Inode == n.ID {
+				return true, nil // same file: nothing to do
+			}
+			old, err := getInode(ctx, tx, dde.Inode)
+			if err != nil {
+				return nil, err
+			}
+			switch {
+			case old.IsDir() && !n.IsDir():
+				return nil, merr(ErrIsDir, "meta: rename %s to %s", src, dst)
+			case !old.IsDir() && n.IsDir():
+				return nil, merr(ErrNotDir, "meta: rename %s to %s", src, dst)
+			case old.IsDir():
+				p := dentryPrefix(old.ID)
+				kids, err := tx.Range(ctx, p, kv.PrefixEnd(p), 1)
+				if err != nil {
+					return nil, err
+				}
+				if len(kids) > 0 {
+					return nil, merr(ErrNotEmpty, "meta: rename %s to %s", src, dst)
+				}
+				tx.Delete(inodeKey(old.ID))
+			default:
+				unlinkFile(tx, old)
+			}
+		}
+		tx.Delete(dentryKey(sp, sname))
+		n.Parent, n.Name = dp, dname
+		putInode(tx, n)
+		putDentry(tx, dp, dname, n)
+		return true, nil
+	}, nil)
+}
+
+// --- files: write sessions, publication, length ---
+
+// BeginFile starts a new file to be published at path by CommitFile: it
+// allocates an inode with a layout that no directory names yet and opens
+// a write session on it. The parent directory must exist.
+func (s *Service) BeginFile(ctx context.Context, path, client string) (*Inode, string, error) {
+	comps, err := splitPath(path)
+	if err != nil {
+		return nil, "", err
+	}
+	if len(comps) == 0 {
+		return nil, "", merr(ErrIsDir, "meta: create /")
+	}
+	id, err := s.allocID(ctx)
+	if err != nil {
+		return nil, "", err
+	}
+	layout, err := s.newLayout()
+	if err != nil {
+		return nil, "", err
+	}
+	sid := newSessionID()
+	n := &Inode{ID: id, Type: TypeFile, Layout: layout, MTime: nowNano()}
+	err = s.store.Update(ctx, func(tx kv.Txn) error {
+		pid, err := parentDir(ctx, tx, path, comps)
+		if err != nil {
+			return err
+		}
+		var de Dentry
+		ok, err := getJSON(ctx, snap{tx}, dentryKey(pid, comps[len(comps)-1]), &de)
+		if err != nil {
+			return err
+		}
+		if ok && de.IsDir {
+			return merr(ErrIsDir, "meta: create %s", path)
+		}
+		putInode(tx, n)
+		setJSON(tx, sessionKey(id, sid), session{Client: client, Expires: time.Now().Add(s.opts.SessionTTL).UnixNano()})
+		return nil
+	})
+	if err != nil {
+		return nil, "", err
+	}
+	return n, sid, nil
+}
+
+// OpenWrite opens a write session on the existing file at path (for
+// writers at any offset); with create, a missing file is created first.
+func (s *Service) OpenWrite(ctx context.Context, req, path, client string, create, exclusive bool) (*Inode, string, error) {
+	if create {
+		if _, err := s.Create(ctx, req, path, exclusive); err != nil {
+			return nil, "", err
+		}
+	}
+	comps, err := splitPath(path)
+	if err != nil {
+		return nil, "", err
+	}
+	sid := newSessionID()
+	var n *Inode
+	err = s.store.Update(ctx, func(tx kv.Txn) error {
+		id, d, err := walk(ctx, snap{tx}, path, comps)
+		if err != nil {
+			return err
+		}
+		if d == nil || d.IsDir {
+			return merr(ErrIsDir, "meta: open %s for writing", path)
+		}
+		if n, err = getInode(ctx, tx, id); err != nil {
+			return err
+		}
+		setJSON(tx, sessionKey(id, sid), session{Client: client, Expires: time.Now().Add(s.opts.SessionTTL).UnixNano()})
+		return nil
+	})
+	if err != nil {
+		return nil, "", err
+	}
+	return n, sid, nil
+}
+
+// CommitFile publishes inode (from BeginFile) at path with length size,
+// replacing an existing file there atomically, and ends the session.
+func (s *Service) CommitFile(ctx context.Context, req, path string, inode uint64, sid string, size int64) (*Inode, error) {
+	comps, err := splitPath(path)
+	if err != nil {
+		return nil, err
+	}
+	if len(comps) == 0 {
+		return nil, merr(ErrIsDir, "meta: commit /")
+	}
+	var out Inode
+	err = s.withIdem(ctx, req, func(tx kv.Txn) (any, error) {
+		pid, err := parentDir(ctx, tx, path, comps)
+		if err != nil {
+			return nil, err
+		}
+		name := comps[len(comps)-1]
+		n, err := getInode(ctx, tx, inode)
+		if err != nil {
+			return nil, err
+		}
+		if n.Parent != 0 {
+			return nil, merr(ErrInvalid, "meta: commit %s: inode %d is already published", path, inode)
+		}
+		if _, ok, err := tx.Get(ctx, sessionKey(inode, sid)); err != nil || !ok {
+			if err == nil {
+				err = merr(ErrInvalid, "meta: commit %s: the write session expired (inode %d)", path, inode)
+			}
+			return nil, err
+		}
+		var de Dentry
+		ok, err := getJSON(ctx, tx, dentryKey(pid, name), &de)
+		if err != nil {
+			return nil, err
+		}
+		if ok {
+			if de.IsDir {
+				return nil, merr(ErrIsDir, "meta: commit %s", path)
+			}
+			old, err := getInode(ctx, tx, de.Inode)
+			if err != nil {
+				return nil, err
+			}
+			unlinkFile(tx, old)
+		}
+		tx.Delete(sessionKey(inode, sid))
+		n.Parent, n.Name, n.Nlink = pid, name, 1
+		n.Size = max(n.Size, size)
+		n.MTime = nowNano()
+		putInode(tx, n)
+		putDentry(tx, pid, name, n)
+		return n, nil
+	}, &out)
+	if err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
+// Extend records that bytes up to end of inode are written and
+// acknowledged: the length becomes max(length, end). A report made before
+// a shrinking truncate (truncVer older) is ignored. It renews session sid
+// when given. It returns the inode after the change.
+func (s *Service) Extend(ctx context.Context, inode uint64, end int64, truncVer uint64, sid string) (*Inode, error) {
+	var n *Inode
+	err := s.store.Update(ctx, func(tx kv.Txn) error {
+		var err error
+		if n, err = getInode(ctx, tx, inode); err != nil {
+			return err
+		}
+		if sid != "" {
+			setJSON(tx, sessionKey(inode, sid), session{Client: "", Expires: time.Now().Add(s.opts.SessionTTL).UnixNano()})
+		}
+		if end <= n.Size || truncVer < n.TruncVer {
+			return nil
+		}
+		n.Size, n.MTime = end, nowNano()
+		putInode(tx, n)
+		if n.Parent != 0 {
+			putDentry(tx, n.Parent, n.Name, n)
+		}
+		return nil
+	})
+	return n, err
+}
+
+// CloseSession ends a write session, recording its final end first.
+func (s *Service) CloseSession(ctx context.Context, inode uint64, sid string, end int64, truncVer uint64) (*Inode, error) {
+	n, err := s.Extend(ctx, inode, end, truncVer, "")
+	if err != nil {
+		return nil, err
+	}
+	err = s.store.Update(ctx, func(tx kv.Txn) error {
+		tx.Delete(sessionKey(inode, sid))
+		m, err := getInode(ctx, tx, inode)
+		if err != nil {
+			return err
+		}
+		if m.Parent == 0 {
+			return s.maybeCollectUnlinked(ctx, tx, m, sid)
+		}
+		return nil
+	})
+	return n, err
+}
+
+// AbandonFile ends session sid of an unpublished file: its chunks are
+// collected.
+func (s *Service) AbandonFile(ctx context.Context, inode uint64, sid string) error {
+	return s.store.Update(ctx, func(tx kv.Txn) error {
+		tx.Delete(sessionKey(inode, sid))
+		n, err := getInode(ctx, tx, inode)
+		if errors.Is(err, iofs.ErrNotExist) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		if n.Parent == 0 {
+			return s.maybeCollectUnlinked(ctx, tx, n, sid)
+		}
+		return nil
+	})
+}
+
+// maybeCollectUnlinked queues unlinked inode n for collection when no
+// session but the ending one (sid) remains.
+func (s *Service) maybeCollectUnlinked(ctx context.Context, tx kv.Txn, n *Inode, sid string) error {
+	p := sessionPrefix(n.ID)
+	others, err := tx.Range(ctx, p, kv.PrefixEnd(p), 2)
+	if err != nil {
+		return err
+	}
+	for _, o := range others {
+		if string(o.Key) != string(sessionKey(n.ID, sid)) {
+			return nil
+		}
+	}
+	if _, ok, err := tx.Get(ctx, gcKey(n.ID)); err != nil || ok {
+		return err
+	}
+	unlinkFile(tx, n)
+	return nil
+}
+
+// Truncate sets the length of the file at path. Shrinking needs no other
+// writer (ErrBusy otherwise; sid, the caller's own session, may be open);
+// the cut chunks are removed before Truncate returns, or by the collector
+// if this server dies first.
+func (s *Service) Truncate(ctx context.Context, path string, size int64, sid string) (*Inode, error) {
+	if size < 0 {
+		return nil, merr(ErrInvalid, "meta: truncate %s to %d", path, size)
+	}
+	comps, err := splitPath(path)
+	if err != nil {
+		return nil, err
+	}
+	var n *Inode
+	var rec *gcRecord
+	err = s.store.Update(ctx, func(tx kv.Txn) error {
+		rec = nil
+		id, d, err := walk(ctx, snap{tx}, path, comps)
+		if err != nil {
+			return err
+		}
+		if d == nil || d.IsDir {
+			return merr(ErrIsDir, "meta: truncate %s", path)
+		}
+		if n, err = getInode(ctx, tx, id); err != nil {
+			return err
+		}
+		if size < n.Size {
+			p := sessionPrefix(id)
+			ss, err := tx.Range(ctx, p, kv.PrefixEnd(p), 0)
+			if err != nil {
+				return err
+			}
+			for _, x := range ss {
+				if string(x.Key) != string(sessionKey(id, sid)) {
+					return merr(ErrBusy, "meta: truncate %s: another writer has it open", path)
+				}
+			}
+			n.TruncVer++
+			if n.Layout != nil {
+				cs := n.Layout.ChunkSize
+				rec = &gcRecord{Inode: id, Layout: *n.Layout, FromIndex: uint64((size + cs - 1) / cs), Size: size, Queued: nowNano()}
+				setJSON(tx, gcKey(id), rec)
+			}
+		}
+		n.Size, n.MTime = size, nowNano()
+		putInode(tx, n)
+		putDentry(tx, n.Parent, n.Name, n)
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	if rec != nil {
+		if err := s.collect(ctx, rec); err != nil {
+			return nil, err
+		}
+	}
+	return n, nil
+}
+
+func newSessionID() string {
+	return fmt.Sprintf("%016x%016x", rand.Uint64(), rand.Uint64())
+}

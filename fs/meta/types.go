@@ -1,0 +1,189 @@
+package meta
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	iofs "io/fs"
+	"strings"
+	"time"
+
+	"github.com/ffkit/ffkit/fs/proto"
+	"github.com/ffkit/ffkit/fs/transport"
+	"github.com/ffkit/ffkit/internal/errkind"
+)
+
+// Type is an inode's type.
+type Type uint8
+
+// Inode types.
+const (
+	TypeFile Type = 1
+	TypeDir  Type = 2
+)
+
+// Layout says where a file's chunks live: chunk i is on Chains[i %
+// len(Chains)], chosen when the file is created.
+type Layout struct {
+	ChunkSize int64           `json:"chunk_size"`
+	Chains    []proto.ChainID `json:"chains"`
+}
+
+// Chain returns the chain holding chunk index.
+func (l *Layout) Chain(index uint64) proto.ChainID {
+	return l.Chains[index%uint64(len(l.Chains))]
+}
+
+// Inode is a file or directory.
+type Inode struct {
+	ID     uint64 `json:"id"`
+	Type   Type   `json:"type"`
+	Parent uint64 `json:"parent"` // 0 while a new file is not yet published
+	Name   string `json:"name"`
+	Size   int64  `json:"size"`
+	MTime  int64  `json:"mtime"` // unix nanoseconds
+	// TruncVer counts shrinking truncates (a length report made before one
+	// is ignored).
+	TruncVer uint64  `json:"truncver,omitempty"`
+	Layout   *Layout `json:"layout,omitempty"`
+	Nlink    int     `json:"nlink"`
+}
+
+// IsDir reports whether the inode is a directory.
+func (n *Inode) IsDir() bool { return n.Type == TypeDir }
+
+// Dentry is a directory entry.
+type Dentry struct {
+	Inode uint64 `json:"inode"`
+	IsDir bool   `json:"is_dir"`
+	Size  int64  `json:"size"`
+	MTime int64  `json:"mtime"`
+}
+
+// Entry is a listed directory entry.
+type Entry struct {
+	Name string `json:"name"`
+	Dentry
+}
+
+type session struct {
+	Client  string `json:"client"`
+	Expires int64  `json:"expires"`
+}
+
+type idem struct {
+	Result []byte `json:"result"`
+	At     int64  `json:"at"`
+}
+
+type gcRecord struct {
+	Inode     uint64 `json:"inode"`
+	Layout    Layout `json:"layout"`
+	FromIndex uint64 `json:"from"`
+	// Delete: the inode goes too (removed file); otherwise a truncate.
+	Delete bool `json:"delete"`
+	// Size is the new length of a truncated file: its last chunk is cut there.
+	Size   int64 `json:"size,omitempty"`
+	Queued int64 `json:"queued"`
+}
+
+type serverRec struct {
+	Addr    string `json:"addr"`
+	Expires int64  `json:"expires"`
+}
+
+// Error is a metadata error that crosses the wire by code and unwraps to
+// its sentinel (fs.ErrNotExist, fs.ErrExist, ErrNotEmpty...).
+type Error struct {
+	Code string
+	Msg  string
+	Base error
+}
+
+func (e *Error) Error() string { return e.Msg }
+
+// Unwrap returns the sentinel.
+func (e *Error) Unwrap() error { return e.Base }
+
+// WireCode is the code the transport carries.
+func (e *Error) WireCode() string { return e.Code }
+
+// Sentinel errors (besides io/fs's ErrNotExist and ErrExist).
+var (
+	ErrNotEmpty = errkind.New(errkind.Usage, "meta: directory not empty")
+	ErrNotDir   = errkind.New(errkind.Usage, "meta: not a directory")
+	ErrIsDir    = errkind.New(errkind.Usage, "meta: is a directory")
+	ErrInvalid  = errkind.New(errkind.Usage, "meta: invalid argument")
+	ErrBusy     = errkind.New(errkind.Unavailable, "meta: file busy")
+	ErrNoChains = errkind.New(errkind.Unavailable, "meta: the cluster has no chains yet")
+)
+
+var codes = map[string]error{
+	"meta/notexist": iofs.ErrNotExist,
+	"meta/exist":    iofs.ErrExist,
+	"meta/notempty": ErrNotEmpty,
+	"meta/notdir":   ErrNotDir,
+	"meta/isdir":    ErrIsDir,
+	"meta/invalid":  ErrInvalid,
+	"meta/busy":     ErrBusy,
+	"meta/nochains": ErrNoChains,
+}
+
+func init() {
+	for c, e := range codes {
+		transport.RegisterCode(c, e)
+	}
+}
+
+func merr(base error, format string, args ...any) error {
+	code := ""
+	for c, e := range codes {
+		if e == base {
+			code = c
+		}
+	}
+	return &Error{Code: code, Msg: fmt.Sprintf(format, args...) + ": " + baseMsg(base), Base: base}
+}
+
+func baseMsg(e error) string {
+	switch {
+	case errors.Is(e, iofs.ErrNotExist):
+		return "no such file or directory"
+	case errors.Is(e, iofs.ErrExist):
+		return "file exists"
+	}
+	return strings.TrimPrefix(e.Error(), "meta: ")
+}
+
+// splitPath checks an absolute slash path and returns its components.
+func splitPath(p string) ([]string, error) {
+	if !strings.HasPrefix(p, "/") {
+		return nil, merr(ErrInvalid, "meta: path %q is not absolute", p)
+	}
+	var out []string
+	for _, c := range strings.Split(p, "/") {
+		switch c {
+		case "", ".":
+			continue
+		case "..":
+			return nil, merr(ErrInvalid, "meta: path %q: \"..\" is not allowed", p)
+		}
+		if len(c) > 255 || strings.ContainsRune(c, 0) {
+			return nil, merr(ErrInvalid, "meta: path %q: bad name %q", p, c)
+		}
+		out = append(out, c)
+	}
+	return out, nil
+}
+
+// Chunks is what the metadata service needs of the data plane: the chain
+// table for new layouts, and chunk removal for garbage collection.
+// *client.Client implements it.
+type Chunks interface {
+	Chains() []proto.ChainID
+	ChunkSize() int64
+	RemoveChunks(ctx context.Context, chain proto.ChainID, inode uint64, fromIndex uint64) error
+	TruncateChunk(ctx context.Context, chain proto.ChainID, id proto.ChunkID, length int64) error
+}
+
+func nowNano() int64 { return time.Now().UnixNano() }
