@@ -658,3 +658,47 @@ func TestNextHonoursContextWithoutLosingBatches(t *testing.T) {
 		t.Fatalf("batches differ after %d cancelled Next calls", cancelled.Load())
 	}
 }
+
+func TestBlockShuffleTradesRandomnessForLocality(t *testing.T) {
+	dir := makeDataset(t, t.TempDir(), "a", 4096, 1)
+	measure := func(o Options) (*OrderQuality, []got) {
+		l := mustOpen(t, []string{dir}, o)
+		q := NewOrderQuality(l)
+		q.MergeGap = 512 // about 8 samples of this dataset
+		var bs []got
+		for {
+			b, err := l.Next(context.Background())
+			if err == io.EOF {
+				break
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			q.Observe(b)
+			bs = append(bs, snapshot(b))
+			b.Release()
+		}
+		return q, bs
+	}
+	global, _ := measure(Options{BatchSize: 64, Shuffle: true})
+	block, bs := measure(Options{BatchSize: 64, Shuffle: true, BlockSize: 64, Window: 4})
+	seq, _ := measure(Options{BatchSize: 64})
+	checkContent(t, []string{"a"}, bs)
+	seen := map[int64]bool{}
+	for _, b := range bs {
+		for _, i := range b.Indices {
+			seen[i] = true
+		}
+	}
+	if len(seen) != 4096 {
+		t.Fatalf("block shuffle delivered %d distinct samples", len(seen))
+	}
+	t.Logf("reads/batch: global %.1f, block %.1f, sequential %.1f; neighbour share: global %.4f, block %.4f, sequential %.4f",
+		global.ReadsPerBatch(), block.ReadsPerBatch(), seq.ReadsPerBatch(), global.NearFrac(), block.NearFrac(), seq.NearFrac())
+	if !(block.ReadsPerBatch() < global.ReadsPerBatch()/2 && seq.ReadsPerBatch() <= block.ReadsPerBatch()) {
+		t.Fatalf("locality: reads per batch global %.1f, block %.1f, sequential %.1f", global.ReadsPerBatch(), block.ReadsPerBatch(), seq.ReadsPerBatch())
+	}
+	if !(global.NearFrac() < block.NearFrac() && block.NearFrac() < seq.NearFrac()) {
+		t.Fatalf("randomness: neighbour share global %.4f, block %.4f, sequential %.4f", global.NearFrac(), block.NearFrac(), seq.NearFrac())
+	}
+}
