@@ -235,7 +235,9 @@ func (s *Server) handle(ctx context.Context, req *transport.Request) (any, [][]b
 		}
 		return s.heartbeat(ctx, &hb)
 	case proto.MGetRouting:
-		return s.Routing(), nil, nil
+		r := s.Routing()
+		s.addMeta(ctx, r)
+		return r, nil, nil
 	}
 	return nil, nil, fmt.Errorf("%w: mgmtd has no method %d", proto.ErrBadRequest, req.Method)
 }

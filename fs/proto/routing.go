@@ -62,6 +62,9 @@ type Routing struct {
 	HeartbeatInterval int64   `json:"heartbeat_interval_ns"`
 	Nodes             []Node  `json:"nodes"`
 	Chains            []Chain `json:"chains"`
+	// Meta lists the live metadata servers (host:port), filled in by
+	// mgmtd when it answers MGetRouting; not persisted or versioned.
+	Meta []string `json:"meta,omitempty"`
 }
 
 // Chain returns the chain with id, or nil.
