@@ -25,9 +25,10 @@ const benchFSDir = "ffkit-bench-fs"
 
 // 3FS's published FUSE/device ratios for the rows where they are below 1
 // (from its own tests, the reference): the rows ffkit must beat.
+// Keyed by rw/block size/threads/queue depth.
 var threeFSFUSERatio = map[string]float64{
-	"seq read 128KiB/1":    0.42,
-	"rand read 4KiB/qd128": 0.09,
+	"read/131072/1/1":     0.42, // 128 KiB sequential read, one thread
+	"randread/4096/1/128": 0.09, // 4 KiB random read at queue depth 128
 }
 
 // fsSide is one column of a row: one way of reaching storage.
