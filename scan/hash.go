@@ -1,0 +1,150 @@
+package scan
+
+import (
+	"context"
+	"fmt"
+	"math"
+
+	"github.com/apache/arrow-go/v18/arrow"
+	"github.com/apache/arrow-go/v18/arrow/array"
+	"github.com/apache/arrow-go/v18/arrow/compute"
+	"github.com/apache/arrow-go/v18/arrow/memory"
+	"github.com/zeebo/xxh3"
+
+	"github.com/ffkit/ffkit/scan/expr"
+)
+
+// The hash partitioning rule, stable across processes, machines and
+// releases: a row's partition is H % N, where H folds the key columns in
+// order, starting from hashSeed, with H = mix(H ^ h(v)), and h is
+//   - NULL:                 nullHash
+//   - integers, dates, timestamps (days / microseconds), booleans (0/1),
+//     and floats that hold an integral value: mix(uint64(v))
+//   - other floats:         mix(IEEE-754 bits), -0 as 0, one NaN
+//   - strings and binary:   xxh3-64 of the bytes
+//
+// so that equal values of different integer widths (and 2 and 2.0) land in
+// the same partition, which a partition-wise join needs.
+const (
+	hashSeed = 0x9e3779b97f4a7c15
+	nullHash = 0x2545f4914f6cdd1d
+)
+
+func mix(h uint64) uint64 {
+	// splitmix64 finaliser
+	h ^= h >> 30
+	h *= 0xbf58476d1ce4e5b9
+	h ^= h >> 27
+	h *= 0x94d049bb133111eb
+	h ^= h >> 31
+	return h
+}
+
+// hashRows returns the hash of every row over the key columns.
+func hashRows(keys []expr.Vec, n int) []uint64 {
+	h := make([]uint64, n)
+	for i := range h {
+		h[i] = hashSeed
+	}
+	for k := range keys {
+		v := &keys[k]
+		for i := 0; i < n; i++ {
+			var x uint64
+			switch {
+			case v.IsNull(i):
+				x = nullHash
+			default:
+				switch v.T {
+				case expr.TInt, expr.TDate, expr.TTimestamp:
+					x = mix(uint64(v.I[i]))
+				case expr.TBool:
+					x = mix(uint64(b2i(v.B[i])))
+				case expr.TFloat:
+					f := v.F[i]
+					if f == math.Trunc(f) && math.Abs(f) < 1<<63 {
+						x = mix(uint64(int64(f)))
+					} else if f != f {
+						x = mix(0x7ff8000000000001)
+					} else {
+						x = mix(math.Float64bits(f))
+					}
+				case expr.TString:
+					x = xxh3.HashString(v.S[i])
+				}
+			}
+			h[i] = mix(h[i] ^ x)
+		}
+	}
+	return h
+}
+
+// PartitionOf is the partition of a row whose key columns hold vals, as
+// hash partitioning computes it. It lets tests and other tools locate a key.
+func PartitionOf(vals []expr.Value, n int) int {
+	keys := make([]expr.Vec, len(vals))
+	for i, v := range vals {
+		keys[i] = expr.Vec{T: v.T, Null: []bool{v.Null || v.T == expr.TNull}}
+		switch v.T {
+		case expr.TBool:
+			keys[i].B = []bool{v.B}
+		case expr.TInt, expr.TDate, expr.TTimestamp:
+			keys[i].I = []int64{v.I}
+		case expr.TFloat:
+			keys[i].F = []float64{v.F}
+		case expr.TString:
+			keys[i].S = []string{v.S}
+		}
+	}
+	return int(hashRows(keys, 1)[0] % uint64(n))
+}
+
+// splitByHash splits rec into n batches by the hash of the key columns
+// (positions in rec). Batches of empty partitions are nil.
+func splitByHash(ctx context.Context, rec arrow.RecordBatch, keyPos []int, n int) ([]arrow.RecordBatch, error) {
+	rows := int(rec.NumRows())
+	keys := make([]expr.Vec, len(keyPos))
+	for i, p := range keyPos {
+		v, err := expr.FromArrow(rec.Column(p))
+		if err != nil {
+			return nil, fmt.Errorf("hash key %s: %w", rec.ColumnName(p), err)
+		}
+		keys[i] = v
+	}
+	h := hashRows(keys, rows)
+	// counting sort of the row indices by partition
+	counts := make([]int, n+1)
+	part := make([]int32, rows)
+	for i, x := range h {
+		p := int32(x % uint64(n))
+		part[i] = p
+		counts[p+1]++
+	}
+	for p := 1; p <= n; p++ {
+		counts[p] += counts[p-1]
+	}
+	idx := make([]int32, rows)
+	pos := make([]int, n)
+	copy(pos, counts[:n])
+	for i, p := range part {
+		idx[pos[p]] = int32(i)
+		pos[p]++
+	}
+	ib := array.NewInt32Builder(memory.DefaultAllocator)
+	ib.AppendValues(idx, nil)
+	indices := ib.NewArray()
+	ib.Release()
+	defer indices.Release()
+	d, err := compute.Take(ctx, *compute.DefaultTakeOptions(), compute.NewDatum(rec), compute.NewDatum(indices))
+	if err != nil {
+		return nil, fmt.Errorf("scan: hash partition: %w", err)
+	}
+	sorted := d.(*compute.RecordDatum).Value
+	defer sorted.Release()
+	out := make([]arrow.RecordBatch, n)
+	for p := 0; p < n; p++ {
+		if counts[p+1] > counts[p] {
+			out[p] = sorted.NewSlice(int64(counts[p]), int64(counts[p+1]))
+		}
+	}
+	return out, nil
+}

@@ -1,0 +1,507 @@
+package scan
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync/atomic"
+
+	"github.com/apache/arrow-go/v18/arrow"
+	"github.com/apache/arrow-go/v18/arrow/array"
+	"github.com/apache/arrow-go/v18/arrow/bitutil"
+	"github.com/apache/arrow-go/v18/arrow/compute"
+	"github.com/apache/arrow-go/v18/arrow/memory"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/ffkit/ffkit/scan/expr"
+)
+
+// unit is a piece of work: rows [lo, hi) of one row group of one file
+// (hi < 0: the whole row group).
+type unit struct {
+	file   *File
+	rg     int
+	lo, hi int64
+}
+
+func (u unit) rows() int64 {
+	if u.hi < 0 {
+		return u.file.RowGroupRows(u.rg)
+	}
+	return u.hi - u.lo
+}
+
+// query is the compiled native part of a job: what to read, the filter and
+// the output columns.
+type query struct {
+	readNames  []string
+	readSchema *arrow.Schema
+	whereNode  expr.Node
+	where      *expr.Program // compiled against the filter columns only
+	filterPos  []int         // positions in readNames the filter reads
+	otherPos   []int         // the rest
+	items      []outItem
+	outSchema  *arrow.Schema
+	idx        indexCache
+}
+
+type outItem struct {
+	name string
+	pos  int           // position in readNames, or -1
+	prog *expr.Program // computed column
+}
+
+// compileQuery binds the select list and filter to the source. extra names
+// columns some later step needs (hash keys, aggregate inputs).
+func compileQuery(src *Source, columns, where string, extra []string) (*query, error) {
+	q := &query{}
+	var items []expr.Item
+	if columns != "" {
+		var err error
+		if items, err = expr.ParseList(columns); err != nil {
+			return nil, fmt.Errorf("--columns: %w", err)
+		}
+	} else {
+		for _, f := range src.Files[0].Schema.Fields() {
+			items = append(items, expr.Item{Expr: &expr.Col{Name: f.Name}, Name: f.Name})
+		}
+	}
+	need := func(n string) {
+		if !slices.Contains(q.readNames, n) {
+			q.readNames = append(q.readNames, n)
+		}
+	}
+	if where != "" {
+		n, err := expr.Parse(where)
+		if err != nil {
+			return nil, fmt.Errorf("--where: %w", err)
+		}
+		q.whereNode = n
+	}
+	for _, it := range items {
+		for _, c := range expr.Columns(it.Expr) {
+			need(resolveName(src.Files[0].Schema, c))
+		}
+	}
+	if q.whereNode != nil {
+		for _, c := range expr.Columns(q.whereNode) {
+			need(resolveName(src.Files[0].Schema, c))
+		}
+	}
+	for _, c := range extra {
+		need(resolveName(src.Files[0].Schema, c))
+	}
+	sc, err := src.Schema(q.readNames)
+	if err != nil {
+		return nil, err
+	}
+	q.readSchema = sc
+	if q.whereNode != nil {
+		var ffields []arrow.Field
+		fcols := expr.Columns(q.whereNode)
+		for i, n := range q.readNames {
+			isF := false
+			for _, c := range fcols {
+				if resolveName(src.Files[0].Schema, c) == n {
+					isF = true
+				}
+			}
+			if isF {
+				q.filterPos = append(q.filterPos, i)
+				ffields = append(ffields, sc.Field(i))
+			} else {
+				q.otherPos = append(q.otherPos, i)
+			}
+		}
+		q.where, err = expr.Compile(q.whereNode, arrow.NewSchema(ffields, nil))
+		if err != nil {
+			return nil, fmt.Errorf("--where: %w", err)
+		}
+		if t := q.where.Type(); t != expr.TBool && t != expr.TNull {
+			return nil, fmt.Errorf("%w: --where must be a boolean expression, %s is %s", ErrUsage, where, t)
+		}
+	}
+	var fields []arrow.Field
+	seen := map[string]bool{}
+	for _, it := range items {
+		if seen[it.Name] {
+			return nil, fmt.Errorf("%w: output column %q appears twice; rename one with AS", ErrUsage, it.Name)
+		}
+		seen[it.Name] = true
+		if c, ok := it.Expr.(*expr.Col); ok {
+			pos := slices.Index(q.readNames, resolveName(src.Files[0].Schema, c.Name))
+			f := sc.Field(pos)
+			f.Name = it.Name
+			q.items = append(q.items, outItem{name: it.Name, pos: pos})
+			fields = append(fields, f)
+			continue
+		}
+		p, err := expr.Compile(it.Expr, sc)
+		if err != nil {
+			return nil, fmt.Errorf("--columns: %w", err)
+		}
+		q.items = append(q.items, outItem{name: it.Name, pos: -1, prog: p})
+		fields = append(fields, arrow.Field{Name: it.Name, Type: expr.NaturalType(p.Type()), Nullable: true})
+	}
+	q.outSchema = arrow.NewSchema(fields, nil)
+	return q, nil
+}
+
+// resolveName maps a column reference to the schema's spelling (SQL
+// identifiers are case-insensitive when unambiguous).
+func resolveName(sc *arrow.Schema, n string) string {
+	if len(sc.FieldIndices(n)) > 0 {
+		return n
+	}
+	found := ""
+	for _, f := range sc.Fields() {
+		if equalFold(f.Name, n) {
+			if found != "" {
+				return n
+			}
+			found = f.Name
+		}
+	}
+	if found == "" {
+		return n
+	}
+	return found
+}
+
+func equalFold(a, b string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := 0; i < len(a); i++ {
+		x, y := a[i], b[i]
+		if 'A' <= x && x <= 'Z' {
+			x += 'a' - 'A'
+		}
+		if 'A' <= y && y <= 'Z' {
+			y += 'a' - 'A'
+		}
+		if x != y {
+			return false
+		}
+	}
+	return true
+}
+
+// mayMatch reports whether row group rg of f can hold a row the filter keeps.
+func (q *query) mayMatch(f *File, rg int) bool {
+	if q.whereNode == nil {
+		return true
+	}
+	return expr.MayMatch(q.whereNode, func(col string) (expr.Stats, bool) {
+		idx := f.Schema.FieldIndices(resolveName(f.Schema, col))
+		if len(idx) != 1 {
+			return expr.Stats{}, false
+		}
+		return f.Stats(rg, idx[0])
+	})
+}
+
+func (q *query) fileCols(f *File, pos []int) []int {
+	all := q.idx.of(f, q.readNames)
+	out := make([]int, len(pos))
+	for i, p := range pos {
+		out[i] = all[p]
+	}
+	return out
+}
+
+func allPos(n int) []int {
+	p := make([]int, n)
+	for i := range p {
+		p[i] = i
+	}
+	return p
+}
+
+// read reads unit u and applies the filter. It returns nil when no row
+// passes. The batch has readSchema; the caller releases it. The filter
+// columns are read first; the others only when some row passes.
+func (q *query) read(ctx context.Context, u unit) (arrow.RecordBatch, error) {
+	slice := func(r arrow.RecordBatch) arrow.RecordBatch {
+		if u.hi < 0 {
+			return r
+		}
+		s := r.NewSlice(u.lo, u.hi)
+		r.Release()
+		return s
+	}
+	if q.where == nil {
+		r, err := u.file.ReadRowGroup(ctx, u.rg, q.fileCols(u.file, allPos(len(q.readNames))))
+		if err != nil {
+			return nil, err
+		}
+		return q.conform(slice(r)), nil
+	}
+	fr, err := u.file.ReadRowGroup(ctx, u.rg, q.fileCols(u.file, q.filterPos))
+	if err != nil {
+		return nil, err
+	}
+	fr = slice(fr)
+	defer fr.Release()
+	mask, err := q.where.Eval(fr)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", u.file.Path, err)
+	}
+	n := int(fr.NumRows())
+	pass := 0
+	for i := 0; i < n; i++ {
+		if mask.True(i) {
+			pass++
+		}
+	}
+	if pass == 0 {
+		return nil, nil
+	}
+	cols := make([]arrow.Array, len(q.readNames))
+	for i, p := range q.filterPos {
+		cols[p] = fr.Column(i)
+	}
+	if len(q.otherPos) > 0 {
+		or, err := u.file.ReadRowGroup(ctx, u.rg, q.fileCols(u.file, q.otherPos))
+		if err != nil {
+			return nil, err
+		}
+		or = slice(or)
+		defer or.Release()
+		for i, p := range q.otherPos {
+			cols[p] = or.Column(i)
+		}
+	}
+	full := array.NewRecordBatch(q.schemaFor(cols), cols, int64(n))
+	if pass == n {
+		return full, nil
+	}
+	defer full.Release()
+	bm := memory.NewResizableBuffer(memory.DefaultAllocator)
+	bm.Resize(int(bitutil.BytesForBits(int64(n))))
+	bits := bm.Bytes()
+	for i := 0; i < n; i++ {
+		if mask.True(i) {
+			bitutil.SetBit(bits, i)
+		}
+	}
+	filter := array.NewBoolean(n, bm, nil, 0)
+	bm.Release()
+	defer filter.Release()
+	out, err := compute.FilterRecordBatch(ctx, full, filter, compute.DefaultFilterOptions())
+	if err != nil {
+		return nil, fmt.Errorf("scan: filter %s: %w", u.file.Path, err)
+	}
+	return out, nil
+}
+
+// schemaFor is readSchema unless the decoder returned other physical
+// types (a dictionary array for a string column).
+func (q *query) schemaFor(cols []arrow.Array) *arrow.Schema {
+	for i, c := range cols {
+		if !arrow.TypeEqual(c.DataType(), q.readSchema.Field(i).Type) {
+			fields := slices.Clone(q.readSchema.Fields())
+			for j, c := range cols {
+				fields[j].Type = c.DataType()
+			}
+			return arrow.NewSchema(fields, nil)
+		}
+	}
+	return q.readSchema
+}
+
+// conform relabels a batch read with file indices to readSchema's names.
+func (q *query) conform(r arrow.RecordBatch) arrow.RecordBatch {
+	if r.Schema().Equal(q.readSchema) {
+		return r
+	}
+	out := array.NewRecordBatch(q.schemaFor(r.Columns()), r.Columns(), r.NumRows())
+	r.Release()
+	return out
+}
+
+// project computes the output columns from a batch of readSchema.
+func (q *query) project(rec arrow.RecordBatch) (arrow.RecordBatch, error) {
+	n := int(rec.NumRows())
+	cols := make([]arrow.Array, len(q.items))
+	fields := slices.Clone(q.outSchema.Fields())
+	for i, it := range q.items {
+		if it.pos >= 0 {
+			cols[i] = rec.Column(it.pos)
+			cols[i].Retain()
+			fields[i].Type = cols[i].DataType()
+			continue
+		}
+		v, err := it.prog.Eval(rec)
+		if err == nil {
+			cols[i], err = v.Array(memory.DefaultAllocator, n, nil)
+		}
+		if err != nil {
+			for _, c := range cols[:i] {
+				c.Release()
+			}
+			return nil, fmt.Errorf("column %s: %w", it.name, err)
+		}
+	}
+	out := array.NewRecordBatch(arrow.NewSchema(fields, nil), cols, int64(n))
+	for _, c := range cols {
+		c.Release()
+	}
+	return out, nil
+}
+
+// orderedMap runs work(i) for i in [0, n) on par goroutines and hands the
+// results to consume in index order, keeping at most 2*par results in
+// flight. release frees results that are not consumed after an error.
+func orderedMap[T any](ctx context.Context, n, par int, work func(context.Context, int) (T, error),
+	consume func(int, T) error, release func(T)) error {
+	if par < 1 {
+		par = 1
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	slots := make([]chan T, n)
+	for i := range slots {
+		slots[i] = make(chan T, 1)
+	}
+	window := make(chan struct{}, 2*par)
+	next := make(chan int)
+	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error {
+		defer close(next)
+		for i := 0; i < n; i++ {
+			select {
+			case window <- struct{}{}:
+			case <-gctx.Done():
+				return nil
+			}
+			select {
+			case next <- i:
+			case <-gctx.Done():
+				return nil
+			}
+		}
+		return nil
+	})
+	for w := 0; w < par; w++ {
+		g.Go(func() error {
+			for i := range next {
+				v, err := work(gctx, i)
+				if err != nil {
+					return err
+				}
+				slots[i] <- v
+			}
+			return nil
+		})
+	}
+	var cerr error
+loop:
+	for i := 0; i < n; i++ {
+		select {
+		case v := <-slots[i]:
+			cerr = consume(i, v)
+			<-window
+			if cerr != nil {
+				cancel()
+				break loop
+			}
+		case <-gctx.Done():
+			break loop
+		}
+	}
+	err := g.Wait()
+	for i := range slots {
+		select {
+		case v := <-slots[i]:
+			release(v)
+		default:
+		}
+	}
+	if cerr != nil {
+		return cerr
+	}
+	if err == nil {
+		err = ctx.Err()
+	}
+	return err
+}
+
+func releaseBatch(r arrow.RecordBatch) {
+	if r != nil {
+		r.Release()
+	}
+}
+
+// ScanOptions configure Scan.
+type ScanOptions struct {
+	// Columns is a select list ("a, b, x*2 AS y"); empty means every column.
+	Columns string
+	// Where is a SQL boolean filter; empty keeps every row.
+	Where string
+	// Workers bounds the row groups decoded at once. Default GOMAXPROCS.
+	Workers int
+}
+
+// ScanStats are the counters of a Scan.
+type ScanStats struct {
+	Files            int   `json:"files"`
+	RowsIn           int64 `json:"rows_in"`
+	RowsOut          int64 `json:"rows_out"`
+	BytesRead        int64 `json:"bytes_read"`
+	RowGroups        int   `json:"row_groups"`
+	RowGroupsSkipped int   `json:"row_groups_skipped"`
+}
+
+// Scan reads the Parquet inputs (files, globs, directories), filters and
+// projects them, and calls fn with each non-empty batch in input order
+// (file, then row group). Batches are released after fn returns: fn must
+// Retain what it keeps. fn is never called concurrently.
+func Scan(ctx context.Context, inputs []string, opts ScanOptions, fn func(arrow.RecordBatch) error) (*ScanStats, error) {
+	workers := opts.Workers
+	if workers <= 0 {
+		workers = defaultWorkers()
+	}
+	src, err := OpenSource(ctx, inputs, workers)
+	if err != nil {
+		return nil, err
+	}
+	defer src.Close()
+	q, err := compileQuery(src, opts.Columns, opts.Where, nil)
+	if err != nil {
+		return nil, err
+	}
+	st := &ScanStats{Files: len(src.Files), RowsIn: src.Rows()}
+	var units []unit
+	for _, f := range src.Files {
+		for rg := 0; rg < f.NumRowGroups(); rg++ {
+			st.RowGroups++
+			if !q.mayMatch(f, rg) {
+				st.RowGroupsSkipped++
+				continue
+			}
+			units = append(units, unit{file: f, rg: rg, hi: -1})
+		}
+	}
+	var rowsOut atomic.Int64
+	err = orderedMap(ctx, len(units), workers,
+		func(ctx context.Context, i int) (arrow.RecordBatch, error) {
+			r, err := q.read(ctx, units[i])
+			if err != nil || r == nil {
+				return nil, err
+			}
+			defer r.Release()
+			return q.project(r)
+		},
+		func(i int, r arrow.RecordBatch) error {
+			if r == nil {
+				return nil
+			}
+			defer r.Release()
+			rowsOut.Add(r.NumRows())
+			return fn(r)
+		}, releaseBatch)
+	st.RowsOut = rowsOut.Load()
+	st.BytesRead = src.BytesRead.Load()
+	return st, err
+}

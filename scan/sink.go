@@ -1,0 +1,324 @@
+package scan
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"path"
+	"sort"
+	"unsafe"
+
+	"github.com/apache/arrow-go/v18/arrow"
+	"github.com/apache/arrow-go/v18/arrow/array"
+	"github.com/apache/arrow-go/v18/arrow/csv"
+	"github.com/apache/arrow-go/v18/arrow/ipc"
+	"github.com/apache/arrow-go/v18/parquet"
+	"github.com/apache/arrow-go/v18/parquet/compress"
+	"github.com/apache/arrow-go/v18/parquet/pqarrow"
+
+	"github.com/ffkit/ffkit/ffrecord"
+	"github.com/ffkit/ffkit/fs"
+)
+
+// Output formats.
+const (
+	FormatParquet  = "parquet"
+	FormatFFRecord = "ffrecord"
+	FormatCSV      = "csv"
+	FormatJSONL    = "jsonl"
+	FormatArrow    = "arrow" // Arrow IPC file format, uncompressed: memory-mappable
+)
+
+// Parquet writing defaults, as SmallPond's.
+const (
+	DefaultRowGroupRows  = 122880
+	DefaultRowGroupBytes = 256 << 20
+	zstdLevel            = 3
+)
+
+func formatExt(format string) string {
+	switch format {
+	case FormatParquet:
+		return ".parquet"
+	case FormatCSV:
+		return ".csv"
+	case FormatJSONL:
+		return ".jsonl"
+	case FormatArrow:
+		return ".arrow"
+	case FormatFFRecord:
+		return ".ffr"
+	}
+	return ""
+}
+
+// sink writes the record batches of one output file (or, for FFRecord, one
+// set of shards) into a staging directory.
+type sink interface {
+	Write(rec arrow.RecordBatch) error
+	// Close commits the output and returns the names written (base names
+	// inside the staging directory) and the rows.
+	Close() ([]string, int64, error)
+	Abort()
+}
+
+type sinkOptions struct {
+	format       string
+	dir          string // staging directory (user-form path)
+	base         string // file name without extension
+	schema       *arrow.Schema
+	kv           map[string]string
+	rowGroupRows int64
+	sampleColumn string
+	shardSize    int64
+}
+
+func newSink(ctx context.Context, o sinkOptions) (sink, error) {
+	if o.format == FormatFFRecord {
+		return newFFRecordSink(ctx, o)
+	}
+	name := fs.Join(o.dir, o.base+formatExt(o.format))
+	fsys, inner, err := fs.Resolve(ctx, name)
+	if err != nil {
+		return nil, err
+	}
+	w, err := fsys.Create(ctx, inner)
+	if err != nil {
+		return nil, fmt.Errorf("scan: create %s: %w", name, err)
+	}
+	fw := &fileSink{w: w, base: path.Base(inner), schema: o.schema}
+	switch o.format {
+	case FormatParquet:
+		err = fw.openParquet(o)
+	case FormatCSV:
+		fw.csv = csv.NewWriter(writeOnly{w}, o.schema, csv.WithHeader(true), csv.WithNullWriter(""))
+	case FormatJSONL:
+		fw.jsonl = true
+	case FormatArrow:
+		fw.ipc, err = ipc.NewFileWriter(writeOnly{w}, ipc.WithSchema(o.schema))
+	default:
+		err = fmt.Errorf("%w: unknown output format %q", ErrUsage, o.format)
+	}
+	if err != nil {
+		w.Close()
+		return nil, err
+	}
+	return fw, nil
+}
+
+// writeOnly hides the fs.Writer's Close (which abandons the file) from
+// encoders that close what they write to.
+type writeOnly struct{ w io.Writer }
+
+func (w writeOnly) Write(p []byte) (int, error) { return w.w.Write(p) }
+
+type fileSink struct {
+	w      fs.Writer
+	base   string
+	pq     *pqarrow.FileWriter
+	csv    *csv.Writer
+	ipc    *ipc.FileWriter
+	jsonl  bool
+	schema *arrow.Schema
+	rows   int64
+	// wrote: csv writes its header with the first batch; an empty csv still
+	// gets a header at Close.
+	wrote bool
+}
+
+func (s *fileSink) openParquet(o sinkOptions) error {
+	rg := o.rowGroupRows
+	if rg <= 0 {
+		rg = DefaultRowGroupRows
+	}
+	opts := []parquet.WriterProperty{
+		parquet.WithCompression(compress.Codecs.Zstd),
+		parquet.WithCompressionLevel(zstdLevel),
+		parquet.WithMaxRowGroupLength(rg),
+		parquet.WithDictionaryDefault(true),
+		parquet.WithStats(true),
+		parquet.WithPageIndexEnabled(true),
+		parquet.WithCreatedBy("ffkit scan"),
+	}
+	for _, f := range o.schema.Fields() {
+		switch f.Type.ID() {
+		case arrow.FLOAT32, arrow.FLOAT64, arrow.TIMESTAMP, arrow.DECIMAL128:
+			// high-cardinality: a dictionary only costs time before the fallback
+			opts = append(opts, parquet.WithDictionaryFor(f.Name, false))
+		}
+	}
+	pw, err := pqarrow.NewFileWriter(o.schema, writeOnly{s.w}, parquet.NewWriterProperties(opts...),
+		pqarrow.NewArrowWriterProperties(pqarrow.WithStoreSchema()))
+	if err != nil {
+		return fmt.Errorf("scan: parquet writer: %w", err)
+	}
+	keys := make([]string, 0, len(o.kv))
+	for k := range o.kv {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		if err := pw.AppendKeyValueMetadata(k, o.kv[k]); err != nil {
+			return err
+		}
+	}
+	s.pq = pw
+	return nil
+}
+
+func (s *fileSink) Write(rec arrow.RecordBatch) error {
+	if rec.NumRows() == 0 {
+		return nil
+	}
+	s.rows += rec.NumRows()
+	s.wrote = true
+	switch {
+	case s.pq != nil:
+		if err := s.pq.WriteBuffered(rec); err != nil {
+			return fmt.Errorf("scan: write %s: %w", s.base, err)
+		}
+		if s.pq.RowGroupTotalBytesWritten() > DefaultRowGroupBytes {
+			return s.pq.NewBufferedRowGroupChecked()
+		}
+	case s.csv != nil:
+		return s.csv.Write(rec)
+	case s.ipc != nil:
+		return s.ipc.Write(rec)
+	case s.jsonl:
+		return array.RecordToJSON(rec, s.w)
+	}
+	return nil
+}
+
+func (s *fileSink) Close() ([]string, int64, error) {
+	var err error
+	switch {
+	case s.pq != nil:
+		err = s.pq.Close()
+	case s.csv != nil:
+		if !s.wrote {
+			// no batch came: write the header alone
+			empty := array.NewRecordBatch(s.csvSchema(), emptyColumns(s.csvSchema()), 0)
+			err = s.csv.Write(empty)
+			empty.Release()
+		}
+		if err == nil {
+			s.csv.Flush()
+			err = s.csv.Error()
+		}
+	case s.ipc != nil:
+		err = s.ipc.Close()
+	}
+	if err != nil {
+		s.w.Close()
+		return nil, 0, fmt.Errorf("scan: finish %s: %w", s.base, err)
+	}
+	if err := s.w.Commit(); err != nil {
+		return nil, 0, err
+	}
+	return []string{s.base}, s.rows, nil
+}
+
+func (s *fileSink) csvSchema() *arrow.Schema { return s.schema }
+
+func (s *fileSink) Abort() {
+	if s.pq != nil {
+		s.pq.Close()
+	}
+	s.w.Close()
+}
+
+func emptyColumns(sc *arrow.Schema) []arrow.Array {
+	cols := make([]arrow.Array, sc.NumFields())
+	for i, f := range sc.Fields() {
+		b := array.NewBuilder(nil, f.Type)
+		cols[i] = b.NewArray()
+		b.Release()
+	}
+	return cols
+}
+
+// ffrecordSink packs one column's bytes per row as FFRecord samples.
+type ffrecordSink struct {
+	w    *ffrecord.ShardedWriter
+	base string
+	col  int
+	rows int64
+}
+
+func newFFRecordSink(ctx context.Context, o sinkOptions) (sink, error) {
+	idx := o.schema.FieldIndices(o.sampleColumn)
+	if o.sampleColumn == "" || len(idx) != 1 {
+		return nil, fmt.Errorf("%w: --format ffrecord needs --sample-column naming one output column (have %s)", ErrUsage, fieldNames(o.schema))
+	}
+	switch o.schema.Field(idx[0]).Type.ID() {
+	case arrow.BINARY, arrow.LARGE_BINARY, arrow.STRING, arrow.LARGE_STRING:
+	default:
+		return nil, fmt.Errorf("%w: sample column %q has type %s; it must be binary or string", ErrUsage, o.sampleColumn, o.schema.Field(idx[0]).Type)
+	}
+	dir := fs.Join(o.dir, o.base)
+	w, err := ffrecord.NewShardedWriter(ctx, dir, ffrecord.ShardOptions{TargetSize: o.shardSize, Overwrite: true})
+	if err != nil {
+		return nil, err
+	}
+	return &ffrecordSink{w: w, base: o.base, col: idx[0]}, nil
+}
+
+func sampleBytes(a arrow.Array, i int) ([]byte, bool) {
+	if a.IsNull(i) {
+		return nil, false
+	}
+	switch x := a.(type) {
+	case *array.Binary:
+		return x.Value(i), true
+	case *array.LargeBinary:
+		return x.Value(i), true
+	case *array.String:
+		s := x.Value(i)
+		return unsafe.Slice(unsafe.StringData(s), len(s)), true
+	case *array.LargeString:
+		s := x.Value(i)
+		return unsafe.Slice(unsafe.StringData(s), len(s)), true
+	}
+	return nil, false
+}
+
+func (s *ffrecordSink) Write(rec arrow.RecordBatch) error {
+	col := rec.Column(s.col)
+	for i := 0; i < int(rec.NumRows()); i++ {
+		b, ok := sampleBytes(col, i)
+		if !ok {
+			return fmt.Errorf("%w: sample column has a NULL in row %d of a batch; filter it with --where '%s IS NOT NULL'", ErrUsage, i, rec.ColumnName(s.col))
+		}
+		if err := s.w.Write(b); err != nil {
+			return err
+		}
+		s.rows++
+	}
+	return nil
+}
+
+func (s *ffrecordSink) Close() ([]string, int64, error) {
+	files, err := s.w.Close()
+	if err != nil {
+		return nil, 0, err
+	}
+	// names relative to the staging directory: BASE/PART_nnnnn.ffr
+	for i, f := range files {
+		files[i] = s.base + "/" + path.Base(f)
+	}
+	return files, s.rows, nil
+}
+
+func (s *ffrecordSink) Abort() { s.w.Abort() }
+
+func fieldNames(sc *arrow.Schema) string {
+	var s string
+	for i, f := range sc.Fields() {
+		if i > 0 {
+			s += ", "
+		}
+		s += f.Name
+	}
+	return s
+}
