@@ -122,6 +122,10 @@ type Server struct {
 	routing *proto.Routing              // published routing; guarded by mu
 	nodes   map[proto.NodeID]*nodeState // guarded by mu
 	targets map[proto.TargetID]proto.NodeID
+	// nodesDirty: a node's address changed since the last publish; guarded by mu.
+	nodesDirty bool
+	// pubMu serialises publishers (the decision loop, BuildChains).
+	pubMu sync.Mutex
 
 	mChanges   prometheus.Counter
 	mHeartbeat prometheus.Counter
@@ -207,6 +211,12 @@ func (s *Server) Close() error {
 }
 
 func (s *Server) persist(ctx context.Context, r *proto.Routing) error {
+	start := time.Now()
+	defer func() {
+		if d := time.Since(start); d > s.opts.FailTimeout/4 {
+			s.opts.Logf("mgmtd: slow store: persisting routing v%d took %v", r.Version, d.Round(time.Millisecond))
+		}
+	}()
 	b, err := json.Marshal(r)
 	if err != nil {
 		return err
@@ -272,17 +282,12 @@ func (s *Server) heartbeat(ctx context.Context, hb *proto.HeartbeatReq) (any, []
 		n.Targets[t.ID] = t.State
 		s.targets[t.ID] = hb.Node
 	}
-	addrChanged := n.Addr != hb.Addr
+	if n.Addr != hb.Addr || s.routing.NodeAddr(hb.Node) != hb.Addr {
+		// Published by the next tick: a heartbeat never waits for the store.
+		s.nodesDirty = true
+	}
 	n.Addr = hb.Addr
 	r := s.routing
-	s.mu.Unlock()
-	if addrChanged || r.NodeAddr(hb.Node) != hb.Addr {
-		if err := s.updateNodes(ctx); err != nil {
-			return nil, nil, err
-		}
-	}
-	s.mu.Lock()
-	r = s.routing
 	s.mu.Unlock()
 	if hb.Known == r.Version {
 		return proto.HeartbeatResp{}, nil, nil
@@ -290,11 +295,10 @@ func (s *Server) heartbeat(ctx context.Context, hb *proto.HeartbeatReq) (any, []
 	return proto.HeartbeatResp{Routing: r}, nil, nil
 }
 
-// updateNodes publishes the node address list (a node registered or moved).
-func (s *Server) updateNodes(ctx context.Context) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	r := s.routing.Clone()
+// nodesLocked returns r with the node address list brought up to date (a
+// node registered or moved).
+func (s *Server) nodesLocked(r *proto.Routing) *proto.Routing {
+	r = r.Clone()
 	r.Nodes = r.Nodes[:0]
 	for id, n := range s.nodes {
 		r.Nodes = append(r.Nodes, proto.Node{ID: id, Addr: n.Addr})
@@ -306,16 +310,18 @@ func (s *Server) updateNodes(ctx context.Context) error {
 		}
 	}
 	sortNodes(r.Nodes)
-	r.Version++
-	return s.publishLocked(ctx, r)
+	return r
 }
 
-// publishLocked persists r and then makes it the published routing.
-func (s *Server) publishLocked(ctx context.Context, r *proto.Routing) error {
+// publish persists r and then makes it the published routing. The caller
+// holds pubMu (not mu: a slow store must not stall heartbeats).
+func (s *Server) publish(ctx context.Context, r *proto.Routing) error {
 	if err := s.persist(ctx, r); err != nil {
 		return err
 	}
+	s.mu.Lock()
 	s.routing = r
+	s.mu.Unlock()
 	s.mChanges.Inc()
 	s.mVersion.Set(float64(r.Version))
 	return nil
@@ -339,63 +345,85 @@ func (s *Server) loop(ctx context.Context) {
 
 // tick runs one round of decisions.
 func (s *Server) tick(ctx context.Context, now time.Time) error {
+	s.pubMu.Lock()
+	defer s.pubMu.Unlock()
 	s.mu.Lock()
-	defer s.mu.Unlock()
-	if len(s.routing.Chains) == 0 {
-		return s.maybeBuildLocked(ctx)
-	}
-	if now.Sub(s.start) < s.opts.Freeze {
-		return nil
+	cur := s.routing
+	next := cur
+	if s.nodesDirty {
+		next = s.nodesLocked(cur)
+		s.nodesDirty = false
 	}
 	views := make(map[proto.NodeID]NodeView, len(s.nodes))
 	for id, n := range s.nodes {
 		views[id] = NodeView{Addr: n.Addr, LastHB: n.LastHB, Targets: maps.Clone(n.Targets)}
 	}
-	local := LocalStates(views, now, s.opts.FailTimeout)
-	next, changed := Decide(s.routing, local)
-	if !changed {
-		return nil
-	}
-	for i, c := range next.Chains {
-		if c.Version != s.routing.Chains[i].Version {
-			s.opts.Logf("mgmtd: routing v%d: %s", next.Version, c.String())
+	build := len(cur.Chains) == 0 && s.opts.ExpectTargets > 0 && len(s.targets) >= s.opts.ExpectTargets
+	targets := maps.Clone(s.targets)
+	s.mu.Unlock()
+
+	if build {
+		if next == cur {
+			next = cur.Clone()
+		}
+		if err := s.buildInto(next, targets); err != nil {
+			return err
+		}
+	} else if len(next.Chains) > 0 && now.Sub(s.start) >= s.opts.Freeze {
+		local := LocalStates(views, now, s.opts.FailTimeout)
+		if d, changed := Decide(next, local); changed {
+			for i, c := range d.Chains {
+				if c.Version != next.Chains[i].Version {
+					s.opts.Logf("mgmtd: routing v%d: %s", d.Version, c.String())
+				}
+			}
+			next = d
 		}
 	}
-	return s.publishLocked(ctx, next)
-}
-
-func (s *Server) maybeBuildLocked(ctx context.Context) error {
-	if s.opts.ExpectTargets <= 0 || len(s.targets) < s.opts.ExpectTargets {
+	if next == cur {
 		return nil
 	}
-	return s.buildLocked(ctx)
+	if next.Version == cur.Version {
+		next.Version++
+	}
+	if err := s.publish(ctx, next); err != nil {
+		s.mu.Lock()
+		s.nodesDirty = true // retry next tick
+		s.mu.Unlock()
+		return err
+	}
+	return nil
 }
 
 // BuildChains builds the chain table from the registered targets now, if
 // none exists yet.
 func (s *Server) BuildChains(ctx context.Context) error {
+	s.pubMu.Lock()
+	defer s.pubMu.Unlock()
 	s.mu.Lock()
-	defer s.mu.Unlock()
-	if len(s.routing.Chains) > 0 {
+	r := s.nodesLocked(s.routing)
+	targets := maps.Clone(s.targets)
+	s.mu.Unlock()
+	if len(r.Chains) > 0 {
 		return nil
 	}
-	return s.buildLocked(ctx)
+	if err := s.buildInto(r, targets); err != nil {
+		return err
+	}
+	r.Version++
+	return s.publish(ctx, r)
 }
 
-func (s *Server) buildLocked(ctx context.Context) error {
-	chains, err := Placement(s.targets, s.opts.Replicas)
+// buildInto sets r's chain table (r must be a private copy).
+func (s *Server) buildInto(r *proto.Routing, targets map[proto.TargetID]proto.NodeID) error {
+	chains, err := Placement(targets, s.opts.Replicas)
 	if err != nil {
 		return err
 	}
 	if len(chains) == 0 {
-		return fmt.Errorf("mgmtd: no chain could be built from %d targets", len(s.targets))
+		return fmt.Errorf("mgmtd: no chain could be built from %d targets", len(targets))
 	}
-	r := s.routing.Clone()
 	r.Chains = chains
-	r.Version++
-	if err := s.publishLocked(ctx, r); err != nil {
-		return err
-	}
 	for _, c := range chains {
 		s.opts.Logf("mgmtd: created %s", c.String())
 	}
@@ -408,4 +436,25 @@ func sortNodes(ns []proto.Node) {
 			ns[j], ns[j-1] = ns[j-1], ns[j]
 		}
 	}
+}
+
+// Ready reports whether the cluster serves fully: a chain table exists,
+// every target in it is serving in the published routing, and its storage
+// service's latest heartbeat (fresher than FailTimeout) reports it up to
+// date.
+func (s *Server) Ready() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.routing.Chains) == 0 {
+		return false
+	}
+	for _, c := range s.routing.Chains {
+		for _, t := range c.Targets {
+			n := s.nodes[t.Node]
+			if t.State != proto.Serving || n == nil || time.Since(n.LastHB) > s.opts.FailTimeout || n.Targets[t.ID] != proto.UpToDate {
+				return false
+			}
+		}
+	}
+	return true
 }

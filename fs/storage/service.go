@@ -112,6 +112,9 @@ type tstate struct {
 	*Target
 	phase       atomic.Int32
 	syncRunning atomic.Bool // a resync of our successor is running
+	// syncedAt is the chain version at which our successor's resync last
+	// completed (no rerun until the chain changes).
+	syncedAt atomic.Uint64
 }
 
 func (ts *tstate) ph() phase { return phase(ts.phase.Load()) }
@@ -245,7 +248,7 @@ func (s *Service) heartbeatLoop() {
 		var err error
 		for i := 0; i < len(s.cfg.Mgmtd); i++ {
 			addr := s.cfg.Mgmtd[(mgmtdIdx+i)%len(s.cfg.Mgmtd)]
-			ctx, cancel := context.WithTimeout(s.ctx, iv)
+			ctx, cancel := context.WithTimeout(s.ctx, max(iv, s.failTimeout()/4))
 			var c *transport.Conn
 			if c, err = s.pool.Get(ctx, addr); err == nil {
 				_, err = c.Call(ctx, proto.MHeartbeat, req, nil, &resp)
@@ -807,12 +810,15 @@ func (s *Service) workLoop() {
 			if me, _ := ch.Target(ts.ID); me.State != proto.Serving {
 				continue
 			}
-			if succ, ok := ch.Successor(ts.ID); ok && succ.State == proto.Syncing && ts.syncRunning.CompareAndSwap(false, true) {
+			if succ, ok := ch.Successor(ts.ID); ok && succ.State == proto.Syncing && ts.syncedAt.Load() != ch.Version && ts.syncRunning.CompareAndSwap(false, true) {
 				syncs.Add(1)
 				go func(ts *tstate, chain proto.Chain, succ proto.ChainTarget) {
 					defer syncs.Done()
 					defer ts.syncRunning.Store(false)
-					if err := s.resync(ts, &chain, succ, r); err != nil && s.ctx.Err() == nil {
+					err := s.resync(ts, &chain, succ, r)
+					if err == nil {
+						ts.syncedAt.Store(chain.Version)
+					} else if s.ctx.Err() == nil {
 						s.logf("resync of target %d from %d (chain %d): %v; will retry", succ.ID, ts.ID, chain.ID, err)
 					}
 				}(ts, *ch, succ)

@@ -1,0 +1,230 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/spf13/cobra"
+
+	"github.com/ffkit/ffkit/fs/client"
+	"github.com/ffkit/ffkit/fs/kv"
+	"github.com/ffkit/ffkit/fs/kv/etcdkv"
+	_ "github.com/ffkit/ffkit/fs/kv/memkv" // the "mem:" store spec
+	"github.com/ffkit/ffkit/fs/mgmtd"
+	"github.com/ffkit/ffkit/internal/errkind"
+)
+
+func init() { registerFS(newFSMgmtdCmd) }
+
+// clusterTimers are the timer flags shared by fs mgmtd, fs storage and fs up.
+type clusterTimers struct {
+	heartbeat, failTimeout time.Duration
+}
+
+func (t *clusterTimers) flags(c *cobra.Command) {
+	c.Flags().DurationVar(&t.heartbeat, "heartbeat", time.Second, "heartbeat interval of the storage services")
+	c.Flags().DurationVar(&t.failTimeout, "fail-timeout", 4*time.Second, "a storage service silent this long is declared dead (it stops serving itself after half of it without mgmtd)")
+}
+
+func (t *clusterTimers) validate() error {
+	if t.heartbeat <= 0 || t.failTimeout < 2*t.heartbeat {
+		return usagef("--fail-timeout (%v) must be at least twice --heartbeat (%v), both > 0", t.failTimeout, t.heartbeat)
+	}
+	return nil
+}
+
+// ensureToken returns the cluster token kept in dir/token, creating it
+// (mode 0600) on first use.
+func ensureToken(dir string) (string, string, error) {
+	p := filepath.Join(dir, "token")
+	if t, err := client.ReadTokenFile(p); err == nil {
+		if st, err := os.Stat(p); err == nil && st.Mode().Perm()&0o077 != 0 {
+			return "", "", fmt.Errorf("token file %s is readable by others (mode %v); chmod 600 it", p, st.Mode().Perm())
+		}
+		return t, p, nil
+	} else if !errors.Is(err, os.ErrNotExist) {
+		return "", "", err
+	}
+	t, err := client.NewToken()
+	if err != nil {
+		return "", "", err
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", "", err
+	}
+	if err := os.WriteFile(p, []byte(t+"\n"), 0o600); err != nil {
+		return "", "", fmt.Errorf("write token file: %w", err)
+	}
+	return t, p, nil
+}
+
+// clusterToken finds the token for commands that talk to a cluster:
+// --token-file, else FFKIT_TOKEN, else the user's token file for the URL.
+func clusterToken(tokenFile, authority string) (string, error) {
+	if tokenFile != "" {
+		return client.ReadTokenFile(tokenFile)
+	}
+	return client.LookupToken(authority)
+}
+
+// parseClusterURL turns ffkit://h:p[,h:p]/... or h:p into mgmtd addresses.
+func parseClusterURL(u string) (authority string, addrs []string, err error) {
+	rest := strings.TrimPrefix(u, "ffkit://")
+	if i := strings.IndexByte(rest, '/'); i >= 0 {
+		rest = rest[:i]
+	}
+	for _, a := range strings.Split(rest, ",") {
+		if _, _, err := net.SplitHostPort(a); err != nil {
+			return "", nil, usagef("bad cluster address %q in %q: want ffkit://HOST:PORT", a, u)
+		}
+		addrs = append(addrs, a)
+	}
+	return rest, addrs, nil
+}
+
+// parseBytes parses "4MiB", "64KiB", "1048576".
+func parseBytes(flag, s string) (int64, error) {
+	mult := int64(1)
+	for _, u := range []struct {
+		suf string
+		m   int64
+	}{{"KiB", 1 << 10}, {"MiB", 1 << 20}, {"GiB", 1 << 30}, {"K", 1 << 10}, {"M", 1 << 20}, {"G", 1 << 30}} {
+		if strings.HasSuffix(s, u.suf) {
+			s, mult = strings.TrimSuffix(s, u.suf), u.m
+			break
+		}
+	}
+	n, err := strconv.ParseInt(s, 10, 64)
+	if err != nil || n <= 0 {
+		return 0, usagef("%s: bad size %q (want e.g. 4MiB)", flag, s)
+	}
+	return n * mult, nil
+}
+
+// serveMetrics serves a registry at http://addr/metrics until ctx ends.
+func serveMetrics(ctx context.Context, addr string, reg *prometheus.Registry) (string, error) {
+	if addr == "" {
+		return "", nil
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return "", fmt.Errorf("metrics listener: %w", err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	go srv.Serve(ln)
+	go func() { <-ctx.Done(); srv.Close() }()
+	return ln.Addr().String(), nil
+}
+
+// openMgmtdStore opens mgmtd's store: "embedded" (an embedded
+// single-member etcd in dir/etcd) or any kv spec (mem:, etcd://...).
+func openMgmtdStore(ctx context.Context, spec, dir string) (kv.Store, string, error) {
+	if spec == "" || spec == "embedded" {
+		st, srv, err := etcdkv.OpenEmbedded(ctx, filepath.Join(dir, "etcd"), "", etcdkv.Options{})
+		if err != nil {
+			return nil, "", errkind.Wrap(errkind.Unavailable, fmt.Errorf("embedded etcd in %s: %w", dir, err))
+		}
+		return st, "etcd://" + srv.Endpoint(), nil
+	}
+	st, err := kv.Open(ctx, spec)
+	if err != nil {
+		return nil, "", err
+	}
+	return st, spec, nil
+}
+
+func newFSMgmtdCmd() *cobra.Command {
+	var (
+		dir, listen, kvSpec, tokenFile, metrics, chunkSize string
+		replicas, expect                                   int
+		timers                                             clusterTimers
+	)
+	c := &cobra.Command{
+		Use:   "mgmtd --dir DIR",
+		Short: "Run the cluster manager (chain table, target states, failure detection)",
+		Long: `Run mgmtd, the cluster manager of the ffkit file system, in the foreground.
+
+Storage services register and heartbeat to it; it builds the chain table
+once --expect-targets targets have registered (--replicas targets per
+chain, no two on one storage service), detects failures, moves failed
+targets to the end of their chain and drives resyncs. Its state lives in
+--kv: "embedded" (default: a single-member etcd in DIR/etcd), "mem:" (lost
+on exit), or etcd://HOST:PORT,... for an external etcd cluster.
+
+The cluster token is --token-file, else $FFKIT_TOKEN, else DIR/token
+(created with mode 0600). It is recorded for the printed URL in the user's
+~/.config/ffkit/tokens.json so that local commands find it. The first line
+on stdout is the cluster URL, ffkit://HOST:PORT, once mgmtd serves.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if dir == "" {
+				return usagef("--dir is required")
+			}
+			if err := timers.validate(); err != nil {
+				return err
+			}
+			cs, err := parseBytes("--chunk-size", chunkSize)
+			if err != nil {
+				return err
+			}
+			ctx := cmd.Context()
+			var token string
+			switch {
+			case tokenFile != "":
+				token, err = client.ReadTokenFile(tokenFile)
+			case os.Getenv("FFKIT_TOKEN") != "":
+				token = strings.TrimSpace(os.Getenv("FFKIT_TOKEN"))
+			default:
+				token, _, err = ensureToken(dir)
+			}
+			if err != nil {
+				return err
+			}
+			store, kvDesc, err := openMgmtdStore(ctx, kvSpec, dir)
+			if err != nil {
+				return err
+			}
+			defer store.Close()
+			reg := prometheus.NewRegistry()
+			m, err := mgmtd.Start(ctx, mgmtd.Options{Listen: listen, Token: token, Store: store, Replicas: replicas,
+				ExpectTargets: expect, ChunkSize: cs, HeartbeatInterval: timers.heartbeat, FailTimeout: timers.failTimeout, Registry: reg})
+			if err != nil {
+				return err
+			}
+			defer m.Close()
+			if err := client.RecordToken(m.Addr(), token); err != nil {
+				warnf("could not record the token: %v", err)
+			}
+			maddr, err := serveMetrics(ctx, metrics, reg)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "ffkit://%s\n", m.Addr())
+			fmt.Fprintf(os.Stderr, "mgmtd: serving on %s, state in %s, metrics on %s\n", m.Addr(), kvDesc, maddr)
+			<-ctx.Done()
+			return nil
+		},
+	}
+	c.Flags().StringVar(&dir, "dir", "", "directory for mgmtd's state and token (required)")
+	c.Flags().StringVar(&listen, "listen", "127.0.0.1:0", "address to serve on")
+	c.Flags().StringVar(&kvSpec, "kv", "embedded", `state store: "embedded", "mem:", or etcd://HOST:PORT[,HOST:PORT]`)
+	c.Flags().StringVar(&tokenFile, "token-file", "", "file holding the cluster token (default: $FFKIT_TOKEN, else DIR/token)")
+	c.Flags().StringVar(&metrics, "metrics-listen", "127.0.0.1:0", `Prometheus /metrics address ("" to disable)`)
+	c.Flags().StringVar(&chunkSize, "chunk-size", "4MiB", "default chunk size announced to clients")
+	c.Flags().IntVar(&replicas, "replicas", 3, "targets per chain")
+	c.Flags().IntVar(&expect, "expect-targets", 0, "build the chain table once this many targets registered (0: never)")
+	timers.flags(c)
+	return c
+}

@@ -1,0 +1,307 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"syscall"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/spf13/cobra"
+
+	"github.com/ffkit/ffkit/fs/client"
+	"github.com/ffkit/ffkit/fs/kv"
+	"github.com/ffkit/ffkit/fs/mgmtd"
+	"github.com/ffkit/ffkit/fs/proto"
+	"github.com/ffkit/ffkit/fs/transport"
+	"github.com/ffkit/ffkit/internal/errkind"
+)
+
+func init() { registerFS(newFSUpCmd) }
+
+// FSUpCluster describes the cluster `ffkit fs up` runs, for hooks.
+type FSUpCluster struct {
+	Dir       string   // the cluster directory
+	MgmtdAddr string   // host:port of mgmtd
+	Token     string   // the cluster token
+	TokenFile string   // DIR/token
+	Store     kv.Store // mgmtd's store (the embedded etcd), shareable
+	KVSpec    string   // how other processes reach that store ("etcd://127.0.0.1:PORT")
+	Exe       string   // this ffkit binary, to start child processes
+	Timers    clusterTimers
+	// Log is where a hook's children should log (DIR/logs).
+	LogDir string
+}
+
+// FSUpHook starts one more service inside `ffkit fs up` after the data
+// plane is ready and before the URL is printed (issue 6: the metadata
+// service). It returns a function that stops it; `fs up` calls the stops
+// in reverse order on shutdown. Register from an init() with
+// registerFSUpHook; a hook that fails aborts `fs up`.
+type FSUpHook func(ctx context.Context, c *FSUpCluster) (stop func() error, err error)
+
+var fsUpHooks []FSUpHook
+
+func registerFSUpHook(h FSUpHook) { fsUpHooks = append(fsUpHooks, h) }
+
+// upConfig is DIR/cluster.json: the shape of the cluster, fixed at its
+// first start, so that a later `fs up` on DIR brings the same cluster back.
+type upConfig struct {
+	MgmtdAddr         string `json:"mgmtd_addr"`
+	Storage           int    `json:"storage"`
+	TargetsPerStorage int    `json:"targets_per_storage"`
+	Replicas          int    `json:"replicas"`
+	ChunkSize         int64  `json:"chunk_size"`
+}
+
+func newFSUpCmd() *cobra.Command {
+	var (
+		dir, listen, chunkSize string
+		cfg                    upConfig
+		timers                 clusterTimers
+		readyTimeout           time.Duration
+	)
+	c := &cobra.Command{
+		Use:   "up --dir DIR",
+		Short: "Start a whole cluster on this machine (mgmtd + storage processes) until Ctrl-C",
+		Long: `Start a local ffkit cluster: mgmtd (in this process, its state in an
+embedded etcd under DIR/mgmtd) and --storage storage services, each its own
+child process ('ffkit fs storage') with --targets-per-storage target
+directories under DIR/storage-N, chains of --replicas targets.
+
+The first line on stdout is the cluster URL, ffkit://HOST:PORT, printed only
+once the cluster is ready (every target serving, every service answering);
+then one line per process id. Ctrl-C or SIGTERM stops everything. A later
+'ffkit fs up --dir DIR' brings the same cluster back with its data, on the
+same URL (the shape flags are then taken from DIR/cluster.json).
+
+The cluster token is created in DIR/token (mode 0600) and recorded for the
+URL in ~/.config/ffkit/tokens.json, so commands on this machine find it;
+elsewhere pass --token-file or set FFKIT_TOKEN. Logs go to DIR/logs.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if dir == "" {
+				return usagef("--dir is required")
+			}
+			if err := timers.validate(); err != nil {
+				return err
+			}
+			cs, err := parseBytes("--chunk-size", chunkSize)
+			if err != nil {
+				return err
+			}
+			cfg.ChunkSize = cs
+			if cfg.Storage < 1 || cfg.TargetsPerStorage < 1 || cfg.Replicas < 1 || cfg.Replicas > cfg.Storage {
+				return usagef("need --storage >= --replicas >= 1 and --targets-per-storage >= 1 (got %d, %d, %d)", cfg.Storage, cfg.Replicas, cfg.TargetsPerStorage)
+			}
+			return runFSUp(cmd, dir, listen, cfg, timers, readyTimeout)
+		},
+	}
+	c.Flags().StringVar(&dir, "dir", "", "cluster directory (required; created if missing)")
+	c.Flags().StringVar(&listen, "listen", "127.0.0.1:0", "mgmtd address on the first start (later starts reuse it)")
+	c.Flags().IntVar(&cfg.Storage, "storage", 3, "storage processes")
+	c.Flags().IntVar(&cfg.TargetsPerStorage, "targets-per-storage", 2, "target directories per storage process")
+	c.Flags().IntVar(&cfg.Replicas, "replicas", 3, "replicas per chain")
+	c.Flags().StringVar(&chunkSize, "chunk-size", "4MiB", "default chunk size")
+	c.Flags().DurationVar(&readyTimeout, "ready-timeout", 60*time.Second, "give up if the cluster is not ready within this")
+	timers.flags(c)
+	return c
+}
+
+func runFSUp(cmd *cobra.Command, dir, listen string, cfg upConfig, timers clusterTimers, readyTimeout time.Duration) error {
+	ctx := cmd.Context()
+	if err := os.MkdirAll(filepath.Join(dir, "logs"), 0o755); err != nil {
+		return err
+	}
+	cfgPath := filepath.Join(dir, "cluster.json")
+	if b, err := os.ReadFile(cfgPath); err == nil {
+		var saved upConfig
+		if err := json.Unmarshal(b, &saved); err != nil {
+			return errkind.Wrap(errkind.Data, fmt.Errorf("%s is corrupt: %w", cfgPath, err))
+		}
+		if saved.Storage != cfg.Storage || saved.TargetsPerStorage != cfg.TargetsPerStorage || saved.Replicas != cfg.Replicas {
+			warnf("%s exists: using its shape (%d storage, %d targets each, %d replicas)", cfgPath, saved.Storage, saved.TargetsPerStorage, saved.Replicas)
+		}
+		cfg = saved
+		listen = saved.MgmtdAddr
+	}
+	token, tokenFile, err := ensureToken(dir)
+	if err != nil {
+		return err
+	}
+	store, kvSpec, err := openMgmtdStore(ctx, "embedded", filepath.Join(dir, "mgmtd"))
+	if err != nil {
+		return err
+	}
+	defer store.Close()
+	m, err := mgmtd.Start(ctx, mgmtd.Options{Listen: listen, Token: token, Store: store, Replicas: cfg.Replicas,
+		ExpectTargets: cfg.Storage * cfg.TargetsPerStorage, ChunkSize: cfg.ChunkSize,
+		HeartbeatInterval: timers.heartbeat, FailTimeout: timers.failTimeout, Registry: prometheus.NewRegistry(),
+		Faults: transport.FaultsFromEnv(), Logf: func(f string, a ...any) { fmt.Fprintf(os.Stderr, f+"\n", a...) }})
+	if err != nil {
+		return err
+	}
+	defer m.Close()
+	cfg.MgmtdAddr = m.Addr()
+	b, _ := json.MarshalIndent(cfg, "", "  ")
+	if err := os.WriteFile(cfgPath, b, 0o644); err != nil {
+		return err
+	}
+	if err := client.RecordToken(m.Addr(), token); err != nil {
+		warnf("could not record the token in the user's config: %v", err)
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	// Storage children. Pdeathsig: if this process dies, they die too.
+	type child struct {
+		name string
+		cmd  *exec.Cmd
+		done chan error
+	}
+	var children []*child
+	stopChildren := func() {
+		for _, ch := range children {
+			ch.cmd.Process.Signal(syscall.SIGTERM)
+		}
+		for _, ch := range children {
+			select {
+			case <-ch.done:
+			case <-time.After(10 * time.Second):
+				ch.cmd.Process.Kill()
+				<-ch.done
+			}
+		}
+	}
+	defer stopChildren()
+	for i := 1; i <= cfg.Storage; i++ {
+		args := []string{"fs", "storage", "--mgmtd", "ffkit://" + m.Addr(), "--node", strconv.Itoa(i), "--token-file", tokenFile,
+			"--heartbeat", timers.heartbeat.String(), "--fail-timeout", timers.failTimeout.String()}
+		for j := 1; j <= cfg.TargetsPerStorage; j++ {
+			args = append(args, "--target", filepath.Join(dir, fmt.Sprintf("storage-%d", i), fmt.Sprintf("target-%d", j)))
+		}
+		logf, err := os.OpenFile(filepath.Join(dir, "logs", fmt.Sprintf("storage-%d.log", i)), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+		if err != nil {
+			return err
+		}
+		cmd := exec.Command(exe, args...)
+		cmd.Stdout, cmd.Stderr = logf, logf
+		cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGTERM}
+		if err := cmd.Start(); err != nil {
+			logf.Close()
+			return fmt.Errorf("start storage %d: %w", i, err)
+		}
+		ch := &child{name: fmt.Sprintf("storage-%d", i), cmd: cmd, done: make(chan error, 1)}
+		go func() { ch.done <- cmd.Wait(); logf.Close() }()
+		children = append(children, ch)
+	}
+	// Ready: every target serving and every storage service answering.
+	rctx, cancel := context.WithTimeout(ctx, readyTimeout)
+	defer cancel()
+	pool := transport.NewPool(transport.Options{Token: token, Name: "fs-up"})
+	defer pool.Close()
+	for {
+		if m.Ready() && upReady(rctx, m.Routing(), cfg, pool) {
+			break
+		}
+		for _, ch := range children {
+			select {
+			case err := <-ch.done:
+				ch.done <- err
+				return errkind.Wrap(errkind.Unavailable, fmt.Errorf("%s exited during start-up (%v); see %s", ch.name, err, filepath.Join(dir, "logs", ch.name+".log")))
+			default:
+			}
+		}
+		select {
+		case <-rctx.Done():
+			if ctx.Err() != nil {
+				return nil
+			}
+			return errkind.Wrap(errkind.Unavailable, fmt.Errorf("cluster not ready within %v; see %s", readyTimeout, filepath.Join(dir, "logs")))
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	info := &FSUpCluster{Dir: dir, MgmtdAddr: m.Addr(), Token: token, TokenFile: tokenFile, Store: store, KVSpec: kvSpec,
+		Exe: exe, Timers: timers, LogDir: filepath.Join(dir, "logs")}
+	var stops []func() error
+	defer func() {
+		for i := len(stops) - 1; i >= 0; i-- {
+			if err := stops[i](); err != nil {
+				warnf("stop: %v", err)
+			}
+		}
+	}()
+	for _, h := range fsUpHooks {
+		stop, err := h(ctx, info)
+		if err != nil {
+			return err
+		}
+		if stop != nil {
+			stops = append(stops, stop)
+		}
+	}
+	out := cmd.OutOrStdout()
+	fmt.Fprintf(out, "ffkit://%s\n", m.Addr())
+	fmt.Fprintf(out, "pid mgmtd %d\n", os.Getpid())
+	for _, ch := range children {
+		fmt.Fprintf(out, "pid %s %d\n", ch.name, ch.cmd.Process.Pid)
+	}
+	if f, ok := out.(*os.File); ok {
+		f.Sync()
+	}
+	// Run until a signal; report children that die meanwhile.
+	cases := make(chan string, len(children))
+	for _, ch := range children {
+		go func() {
+			select {
+			case err := <-ch.done:
+				ch.done <- err
+				cases <- fmt.Sprintf("%s exited: %v", ch.name, err)
+			case <-ctx.Done():
+			}
+		}()
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			fmt.Fprintln(os.Stderr, "ffkit fs up: stopping")
+			return nil
+		case msg := <-cases:
+			warnf("%s (the cluster carries on with the others; see %s)", msg, filepath.Join(dir, "logs"))
+		}
+	}
+}
+
+// upReady reports whether every expected target serves and every storage
+// node answers a request.
+func upReady(ctx context.Context, r *proto.Routing, cfg upConfig, pool *transport.Pool) bool {
+	if len(r.Chains) == 0 || len(r.Nodes) < cfg.Storage {
+		return false
+	}
+	for _, ch := range r.Chains {
+		for _, t := range ch.Targets {
+			if t.State != proto.Serving {
+				return false
+			}
+		}
+	}
+	for _, n := range r.Nodes {
+		actx, cancel := context.WithTimeout(ctx, time.Second)
+		conn, err := pool.Get(actx, n.Addr)
+		if err == nil {
+			_, err = conn.Call(actx, proto.MBatchRead, proto.BatchReadReq{}, nil, nil)
+		}
+		cancel()
+		if err != nil {
+			return false
+		}
+	}
+	return !errors.Is(ctx.Err(), context.Canceled)
+}
