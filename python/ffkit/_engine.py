@@ -171,6 +171,9 @@ class Engine:
                     roundtrip(self._ctl, {"op": "connect"}, fds=[b.fileno()])
                 except errors.FFKitError:
                     raise
+                except OSError as e:
+                    self.shutdown()
+                    raise errors.EngineError(f"ffkit: lost the engine helper process: {e}") from e
                 except BaseException:
                     # The control stream may be out of step: start afresh.
                     self.shutdown()
@@ -195,17 +198,29 @@ class Engine:
             else:
                 self._idle.append(sock)  # a clean error reply: the stream is in step
             raise
+        except OSError as e:
+            # A broken socket: the helper died (or was killed).
+            sock.close()
+            self._check_alive(wait=True)
+            raise errors.EngineError(f"ffkit: lost the engine helper process: {e}") from e
         except BaseException:
-            # Interrupted mid-request (Ctrl-C) or a broken stream: closing the
-            # connection cancels the request in the engine.
+            # Interrupted mid-request (Ctrl-C): closing the connection
+            # cancels the request in the engine.
             sock.close()
             raise
         self._idle.append(sock)
         return rep
 
-    def _check_alive(self):
-        if self.proc is not None and self.proc.poll() is not None:
-            self.dead = True
+    def _check_alive(self, wait=False):
+        if self.proc is None:
+            return
+        try:
+            if wait:
+                self.proc.wait(timeout=1)
+            if self.proc.poll() is not None:
+                self.shutdown()
+        except subprocess.TimeoutExpired:
+            pass
 
     def shutdown(self):
         """Closes every connection; the helper exits when the control one closes."""

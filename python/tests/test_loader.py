@@ -1,0 +1,200 @@
+import gc
+import os
+import pickle
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import ffkit
+from ffkit import errors
+
+from conftest import sample_bytes
+
+
+def epoch(loader):
+    out = []
+    for b in loader:
+        for i, s in zip(b.indices.tolist(), b.samples):
+            assert s.tobytes() == sample_bytes(i)
+        out.append(b.indices.tolist())
+    return out
+
+
+def test_epoch_covers_every_sample_once(gen):
+    path, n = gen
+    L = ffkit.Loader(path, batch_size=64, seed=1)
+    assert len(L) == -(-n // 64)
+    batches = epoch(L)
+    flat = [i for b in batches for i in b]
+    assert len(batches) == len(L)
+    assert sorted(flat) == list(range(n))
+    assert flat != list(range(n))  # shuffled
+    # Same seed, same order; next epoch, new order.
+    assert epoch(ffkit.Loader(path, batch_size=64, seed=1)) == batches
+    e1 = epoch(L)
+    assert L.epoch == 2
+    assert sorted(i for b in e1 for i in b) == list(range(n)) and e1 != batches
+    assert epoch(ffkit.Loader(path, batch_size=64, seed=2)) != batches
+    seq = epoch(ffkit.Loader(path, batch_size=100, shuffle=False))
+    assert [i for b in seq for i in b] == list(range(n))
+
+
+def test_set_epoch(gen):
+    path, n = gen
+    a = ffkit.Loader(path, batch_size=50, seed=5)
+    epoch(a)
+    e1 = epoch(a)
+    b = ffkit.Loader(path, batch_size=50, seed=5)
+    b.set_epoch(1)
+    assert epoch(b) == e1
+
+
+def test_ranks_partition_an_epoch(gen):
+    path, n = gen
+    world = 3
+    per_rank = [epoch(ffkit.Loader(path, batch_size=128, seed=3, rank=r, world_size=world)) for r in range(world)]
+    assert len({len(b) for b in per_rank}) == 1  # equal batch counts: no DDP hang
+    flat = [i for r in per_rank for b in r for i in b]
+    assert set(flat) == set(range(n))
+    dl = [epoch(ffkit.Loader(path, batch_size=128, seed=3, rank=r, world_size=world, drop_last=True)) for r in range(world)]
+    assert all(len(b) == n // (world * 128) for b in dl)
+
+
+def test_rank_defaults_from_environment(gen):
+    path, n = gen
+    code = f"""
+import ffkit
+L = ffkit.Loader({path!r}, batch_size=10)
+print(L.rank, L.world_size)
+"""
+    env = dict(os.environ, RANK="1", WORLD_SIZE="4")
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout
+    assert out.split() == ["1", "4"]
+
+
+def test_resume_mid_epoch(gen):
+    path, n = gen
+    a = ffkit.Loader(path, batch_size=64, seed=9)
+    it = iter(a)
+    first = [next(it).indices.tolist() for _ in range(10)]
+    state = a.state_dict()
+    rest = [b.indices.tolist() for b in it]
+    assert state["cursor"] == 640 and state["epoch"] == 0
+    b = ffkit.Loader(path, batch_size=64, seed=9)
+    b.load_state_dict(state)
+    assert [x.indices.tolist() for x in b] == rest
+    # Elastic: resumed with two ranks, the rest of the epoch is split between them.
+    parts = []
+    for r in range(2):
+        c = ffkit.Loader(path, batch_size=32, seed=9, rank=r, world_size=2)
+        c.load_state_dict(state)
+        parts += [i for x in c for i in x.indices.tolist()]
+    assert set(parts) == {i for x in rest for i in x}
+    # A state for other data is refused.
+    other = dict(state, dataset={"sources": [{"samples": 1, "files": [], "hash": "00"}]})
+    with pytest.raises(errors.UsageError):
+        ffkit.Loader(path, batch_size=64, seed=9).load_state_dict(other)
+    with pytest.raises(errors.UsageError):
+        ffkit.Loader(path, batch_size=64, seed=10).load_state_dict(state)
+
+
+def test_batches_are_views_of_shared_memory(gen):
+    path, n = gen
+    L = ffkit.Loader(path, batch_size=16, seed=0)
+    b = next(iter(L))
+    s0 = b[0]
+    assert not s0.flags.owndata
+    assert np.shares_memory(s0, b.data)
+    # Writing through the batch's buffer shows in the sample view: same memory.
+    start = int(b.positions[0, 0])
+    b.data[start] ^= 0xFF
+    assert s0[0] == (sample_bytes(int(b.indices[0]))[0] ^ 0xFF)
+
+
+def test_release_and_hold(gen):
+    path, n = gen
+    L = ffkit.Loader(path, batch_size=16, seed=0, prefetch=1, hold=2)
+    it = iter(L)
+    b = next(it)
+    kept = b[0].copy()
+    b.release()
+    with pytest.raises(ValueError):
+        b[0]
+    # Views keep their batch alive; holding more than the ring allows raises
+    # instead of hanging.
+    views = []
+    with pytest.raises(errors.UsageError):
+        for _ in range(10):
+            views.append(next(it)[0])
+    for v in views:
+        assert len(v) > 0
+    views.clear()
+    gc.collect()
+    # Once released (last view dropped) the loader goes on (a new iterator:
+    # the exception ended the old one, as for any generator).
+    x = next(iter(L))
+    assert x[0].tobytes() == sample_bytes(int(x.indices[0]))
+    assert kept.tobytes() == sample_bytes(0) or len(kept) > 0
+
+
+def test_many_epochs_do_not_leak_slots(gen):
+    path, n = gen
+    L = ffkit.Loader(path, batch_size=500, seed=0, prefetch=2, hold=1)
+    for _ in range(4):
+        assert sum(len(b) for b in L) == n
+
+
+def _child_epoch(L, q):
+    try:
+        q.put(sorted(i for b in L for i in b.indices.tolist()))
+    except BaseException as e:
+        q.put(repr(e))
+
+
+def test_loader_in_forked_child(gen):
+    import multiprocessing as mp
+
+    path, n = gen
+    L = ffkit.Loader(path, batch_size=100, seed=0)
+    it = iter(L)
+    next(it)  # the parent's engine is in use
+    ctx = mp.get_context("fork")
+    q = ctx.Queue()
+    p = ctx.Process(target=_child_epoch, args=(L, q))
+    p.start()
+    got = q.get(timeout=60)
+    p.join(timeout=30)
+    # The child continued from the parent's position in its own helper.
+    assert isinstance(got, list) and len(got) == n - 100
+    assert sum(1 for _ in it) == len(L) - 1
+
+
+def test_pickled_loader_resumes(gen):
+    path, n = gen
+    L = ffkit.Loader(path, batch_size=100, seed=4)
+    it = iter(L)
+    next(it)
+    rest = [b.indices.tolist() for b in it]
+    L2 = ffkit.Loader(path, batch_size=100, seed=4)
+    it2 = iter(L2)
+    next(it2)
+    L3 = pickle.loads(pickle.dumps(L2))
+    assert [b.indices.tolist() for b in L3] == rest
+
+
+def test_bad_data_raises_with_the_go_message(gen, tmp_path):
+    path, n = gen
+    bad = tmp_path / "bad.ffr"
+    data = bytearray(open(path, "rb").read())
+    data[-10] ^= 0xFF  # inside the last sample
+    bad.write_bytes(bytes(data))
+    L = ffkit.Loader(str(bad), batch_size=n, shuffle=False)
+    with pytest.raises(errors.ChecksumError) as e:
+        list(L)
+    assert "bad.ffr" in str(e.value) and f"sample {n - 1}" in str(e.value)
+    L = ffkit.Loader(str(bad), batch_size=n, shuffle=False, skip_bad=True)
+    assert sum(len(b) for b in L) == n
+    with pytest.raises(errors.UsageError):
+        ffkit.Loader(path, batch_size=0)
