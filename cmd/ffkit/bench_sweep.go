@@ -87,7 +87,7 @@ size, iodepth and numjobs).`,
 	fl.BoolVar(&o.read, "read", false, "measure reads (the default)")
 	fl.BoolVar(&o.write, "write", false, "measure writes")
 	fl.BoolVar(&o.seq, "seq", false, "sequential reads instead of random")
-	fl.StringVar(&o.size, "size", "256M", "size of the file read (reads) / written per thread at most (writes)")
+	fl.StringVar(&o.size, "size", "256M", "size of the file read (reads); writes roll over to a new file at this size")
 	fl.StringVar(&o.saveConfig, "save-config", "ffkit-io-config.json", "write the best configuration to this local `FILE` (\"\" to skip)")
 	c.MarkFlagsMutuallyExclusive("read", "write")
 	return c
@@ -188,7 +188,11 @@ func runSweep(ctx context.Context, o *sweepOpts, path string) error {
 				p.IOPS = bench.SpreadOf(iops)
 				if useFio {
 					statusf("sweep: point %d/%d: fio", k, total)
-					p.Fio, p.FioError = sweepFio(ctx, o, w, mode, dataName, size, bs, qd, th)
+					var perStream int64 // fio writes as much per job as each of our streams did
+					for _, r := range rep.Runs {
+						perStream += r.Bytes / int64(len(rep.Runs)*th*qd)
+					}
+					p.Fio, p.FioError = sweepFio(ctx, o, w, mode, dataName, size, bs, qd, th, perStream)
 					if p.Fio != nil {
 						p.RatioVsFio = bench.Compare("MiB/s", p.MiBPerSec.Mean, p.Fio.MiBPerSec, "fio").Ratio
 					}
@@ -272,36 +276,59 @@ func sweepRead(ctx context.Context, o *sweepOpts, w *bench.Workdir, name string,
 }
 
 // sweepWrite measures one write configuration: th*qd sequential writer
-// streams, each to its own file, flushed and fsynced at the end (counted).
+// streams, each to its own files, flushed and fsynced at the end (counted).
+// A stream that reaches maxSize commits its file and goes on in a new one
+// (the commit counts in that write's time), so a fast device never runs
+// out of file before --duration ends.
 func sweepWrite(ctx context.Context, o *sweepOpts, w *bench.Workdir, maxSize, bs int64, qd, th int) (*bench.Repeated, error) {
 	streams := th * qd
 	pat := bench.NewPattern(int(bs), 1)
+	maxSize = max(maxSize, bs)
 	return bench.RepeatFunc(ctx, o.runs, func(ctx context.Context, run int) (*bench.Result, error) {
 		writers := make([]fs.Writer, streams)
 		written := make([]int64, streams)
-		names := make([]string, streams)
+		files := make([]int, streams)
+		var names [][]string = make([][]string, streams)
 		defer func() {
 			for i, wr := range writers {
 				if wr != nil {
 					wr.Close()
 				}
-				if names[i] != "" && !o.keep {
-					w.Remove(context.WithoutCancel(ctx), names[i])
+				if !o.keep {
+					for _, n := range names[i] {
+						w.Remove(context.WithoutCancel(ctx), n)
+					}
 				}
 			}
 		}()
-		for i := range streams {
-			names[i] = fmt.Sprintf("ffkit-sweep-w%s-q%d-t%d-r%d-%d.dat", bench.FormatSize(bs), qd, th, run, i)
-			wr, err := w.FS.Create(ctx, w.Join(names[i]))
+		open := func(ctx context.Context, s int) error {
+			name := fmt.Sprintf("ffkit-sweep-w%s-q%d-t%d-r%d-s%d-%d.dat", bench.FormatSize(bs), qd, th, run, s, files[s])
+			files[s]++
+			wr, err := w.FS.Create(ctx, w.Join(name))
 			if err != nil {
+				return err
+			}
+			w.Track(name)
+			names[s] = append(names[s], name)
+			writers[s], written[s] = wr, 0
+			return nil
+		}
+		for s := range streams {
+			if err := open(ctx, s); err != nil {
 				return nil, err
 			}
-			writers[i] = wr
-			w.Track(names[i])
 		}
 		op := func(ctx context.Context, s int, seq int64) (int64, error) {
 			if written[s]+bs > maxSize {
-				return 0, fmt.Errorf("stream %d reached --size %s before --duration ended; raise --size", s, bench.FormatSize(maxSize))
+				err := writers[s].Commit()
+				writers[s].Close()
+				writers[s] = nil
+				if err != nil {
+					return 0, err
+				}
+				if err := open(ctx, s); err != nil {
+					return 0, err
+				}
 			}
 			if _, err := writers[s].Write(pat.Chunk(written[s], int(bs))); err != nil {
 				return 0, err
@@ -314,7 +341,7 @@ func sweepWrite(ctx context.Context, o *sweepOpts, w *bench.Workdir, maxSize, bs
 	})
 }
 
-func sweepFio(ctx context.Context, o *sweepOpts, w *bench.Workdir, mode, name string, size, bs int64, qd, th int) (*fioFigure, string) {
+func sweepFio(ctx context.Context, o *sweepOpts, w *bench.Workdir, mode, name string, size, bs int64, qd, th int, perStream int64) (*fioFigure, string) {
 	job := bench.FioJob{BlockSize: bs, Direct: o.direct, Runtime: o.duration, RampTime: o.warmup}
 	if mode == "read" {
 		p, _ := w.LocalPath(name)
@@ -328,8 +355,11 @@ func sweepFio(ctx context.Context, o *sweepOpts, w *bench.Workdir, mode, name st
 	const prefix = "ffkit-sweep-fio"
 	defer removeFioFiles(context.WithoutCancel(ctx), w, prefix)
 	job.Name, job.Directory, job.RW, job.NumJobs, job.EndFsync = prefix, w.Dir, "write", th*qd, true
-	job.Direct = false // ours writes buffered + fsync; so does fio
-	job.Size = max(16<<20, min(size, 256<<20)/int64(th*qd))
+	// Ours writes buffered and fsyncs at the end; so does fio, moving the
+	// same bytes per stream (not time-based: a time-based fio job would
+	// rewrite one small file in the page cache and fsync it once).
+	job.Direct, job.Runtime, job.RampTime = false, 0, 0
+	job.Size = max(bs, perStream/bs*bs)
 	return runFio(ctx, job)
 }
 
