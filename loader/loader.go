@@ -175,7 +175,7 @@ func newLoader(readers []*ffrecord.Reader, opts Options, owned bool) (*Loader, e
 	l.budget = newBudget(opts.MemoryBudget)
 	l.arena = opts.Arena
 	if l.arena == nil {
-		l.arena = newHeapArena(opts.MemoryBudget)
+		l.arena = newHeapArena(l.budget)
 	}
 	l.pos = position{epoch: opts.StartEpoch}
 	l.endEpoch = l.epochEnd(opts.StartEpoch)

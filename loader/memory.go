@@ -70,21 +70,20 @@ func (a *SlabArena) Alloc(ctx context.Context, size int64) ([]byte, int, error) 
 func (a *SlabArena) Free(i int) { a.free <- i }
 
 // heapArena is the default Arena: buffers on the Go heap, reused. It keeps
-// at most keep bytes of free buffers, so that with the bytes the budget
-// lets batches hold, the loader's batch memory stays within about twice the
-// budget in the worst case and within the budget in steady state (when
-// batches have similar sizes, a freed buffer is reused by the next batch).
+// released buffers for reuse only while they and the buffers batches hold
+// fit in the budget together, so the loader's batch memory, cached or in
+// use, stays within the budget.
 type heapArena struct {
 	mu      sync.Mutex
 	free    [][]byte       // guarded by mu
 	freeSum int64          // bytes in free; guarded by mu
 	slots   map[int][]byte // buffers handed out, by slot; guarded by mu
 	next    int            // guarded by mu
-	keep    int64
+	budget  *budget
 }
 
-func newHeapArena(keep int64) *heapArena {
-	return &heapArena{slots: map[int][]byte{}, keep: keep}
+func newHeapArena(b *budget) *heapArena {
+	return &heapArena{slots: map[int][]byte{}, budget: b}
 }
 
 func (h *heapArena) Alloc(ctx context.Context, size int64) ([]byte, int, error) {
@@ -104,13 +103,13 @@ func (h *heapArena) Alloc(ctx context.Context, size int64) ([]byte, int, error) 
 		h.free[best] = h.free[len(h.free)-1]
 		h.free = h.free[:len(h.free)-1]
 	} else {
-		// Drop free buffers too small to be of use, largest memory first,
-		// so the free list does not grow past keep with new sizes.
-		for h.freeSum+size > h.keep && len(h.free) > 0 {
+		// The budget already counts this batch: drop cached buffers
+		// (none fits) until cache and held batches fit the budget.
+		for h.freeSum+h.budget.held.Load() > h.budget.limit && len(h.free) > 0 {
 			h.freeSum -= int64(cap(h.free[len(h.free)-1]))
 			h.free = h.free[:len(h.free)-1]
 		}
-		buf = make([]byte, size, size+size/8)
+		buf = make([]byte, size)
 	}
 	h.next++
 	h.slots[h.next] = buf
@@ -125,7 +124,8 @@ func (h *heapArena) Free(slot int) {
 		return
 	}
 	delete(h.slots, slot)
-	if h.freeSum+int64(cap(buf)) <= h.keep {
+	// Free runs before the budget release, so held still counts buf.
+	if h.freeSum+h.budget.held.Load() <= h.budget.limit {
 		h.free = append(h.free, buf[:0])
 		h.freeSum += int64(cap(buf))
 	}
