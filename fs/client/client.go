@@ -559,3 +559,51 @@ func (c *Client) readBatch(ctx context.Context, r *proto.Routing, reads []ChunkR
 	}
 	return firstErr
 }
+
+// ReplicaChunks lists the chunks of inode held by one target of a chain
+// (committed ones; ErrNotCommitted-wrapped if any is pending), for
+// consistency checks: every serving replica of a chain must list the same.
+func (c *Client) ReplicaChunks(ctx context.Context, chain ChainID, target proto.TargetID, inode uint64) ([]proto.ChunkMeta, error) {
+	r := c.routing.Load()
+	ch, err := c.chain(r, chain)
+	if err != nil {
+		return nil, err
+	}
+	t, ok := ch.Target(target)
+	if !ok {
+		return nil, fmt.Errorf("%w: target %d is not in chain %d", ErrBadRequest, target, chain)
+	}
+	var resp proto.ListChunksResp
+	if _, err := c.call(ctx, r, t.Node, proto.MListChunks, proto.ListChunksReq{Chain: chain, ChainVer: ch.Version, Target: target, Inode: inode}, nil, &resp); err != nil {
+		return nil, err
+	}
+	return resp.Chunks, nil
+}
+
+// ReadReplica reads one range of a chunk from one given target (no
+// failover), for consistency checks and repair tests. It returns the bytes
+// stored there (fewer than n past the chunk's end).
+func (c *Client) ReadReplica(ctx context.Context, chain ChainID, target proto.TargetID, chunk ChunkID, off, n int64) ([]byte, error) {
+	r := c.routing.Load()
+	ch, err := c.chain(r, chain)
+	if err != nil {
+		return nil, err
+	}
+	t, ok := ch.Target(target)
+	if !ok {
+		return nil, fmt.Errorf("%w: target %d is not in chain %d", ErrBadRequest, target, chain)
+	}
+	var resp proto.BatchReadResp
+	io := proto.ReadIO{Chain: chain, ChainVer: ch.Version, Target: target, Chunk: chunk, Off: off, Len: n}
+	data, err := c.call(ctx, r, t.Node, proto.MBatchRead, proto.BatchReadReq{IOs: []proto.ReadIO{io}}, nil, &resp)
+	if err != nil {
+		return nil, err
+	}
+	if len(resp.Results) != 1 {
+		return nil, fmt.Errorf("%w: malformed reply", proto.ErrIO)
+	}
+	if res := resp.Results[0]; res.Code != "" {
+		return nil, &transport.RemoteError{Code: res.Code, Msg: res.Msg}
+	}
+	return data, nil
+}

@@ -636,7 +636,14 @@ func (s *Service) handleUpdate(ctx context.Context, u *proto.UpdateReq, data []b
 	}
 	up := update{op: u.Op, off: u.Off, data: data, full: u.FullReplace}
 	if !u.Commit {
-		return s.applyChain(ctx, ts, u.Chain, u.Chunk, up, u.UpdateVer, u.Tag)
+		resp, err := s.applyChain(ctx, ts, u.Chain, u.Chunk, up, u.UpdateVer, u.Tag)
+		if err == nil {
+			// Remember the client's request here too: if the head dies and
+			// this target becomes head, the client's retry is not applied
+			// a second time.
+			s.dedup.record(u.Tag, resp)
+		}
+		return resp, err
 	}
 	// A resync transfer: install this committed version as is.
 	c := ts.get(u.Chunk)
@@ -1004,6 +1011,20 @@ func (d *dedup) end(tag proto.Tag, f *inflight, resp *proto.WriteResp, err error
 		delete(d.m, tag)
 		d.mu.Unlock()
 	}
+}
+
+// record remembers a successful result for tag (a forwarded update).
+func (d *dedup) record(tag proto.Tag, resp *proto.WriteResp) {
+	if tag.Client == 0 {
+		return
+	}
+	f := &inflight{done: make(chan struct{}), resp: resp, at: time.Now()}
+	close(f.done)
+	d.mu.Lock()
+	if _, ok := d.m[tag]; !ok {
+		d.m[tag] = f
+	}
+	d.mu.Unlock()
 }
 
 func (d *dedup) sweep(age time.Duration) {
