@@ -26,6 +26,8 @@ type Options struct {
 	// Workers run Op concurrently. Default 1.
 	Workers int
 	// Duration of each worker's measured phase. Zero: stop on Count only.
+	// With a ManualClock, the ops must advance the clock (ThrottledFS
+	// does) or the run never ends.
 	Duration time.Duration
 	// Count of measured ops per worker. Zero: stop on Duration only. When
 	// both are set a worker stops at whichever comes first.

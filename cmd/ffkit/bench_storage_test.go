@@ -205,7 +205,9 @@ func TestBenchSweepWriteKeepsUserFiles(t *testing.T) {
 func TestBenchCheckpointCLI(t *testing.T) {
 	dir := t.TempDir()
 	var doc checkpointDoc
-	runBenchJSON(t, &doc, "bench", "checkpoint", dir, "--size", "6M", "--chunk", "1M", "--runs", "2")
+	report := filepath.Join(t.TempDir(), "ck.html")
+	runBenchJSON(t, &doc, "bench", "checkpoint", dir, "--size", "6M", "--chunk", "1M", "--runs", "2", "--report", report)
+	checkReportRenders(t, report, 2)
 	if doc.Size != 6<<20 || doc.Write.MiBPerSec.Runs != 2 || doc.Write.MiBPerSec.Mean <= 0 || doc.Read.MiBPerSec.Mean <= 0 {
 		t.Fatalf("doc %+v", doc)
 	}
@@ -229,9 +231,11 @@ func TestBenchCheckpointCLI(t *testing.T) {
 func TestBenchModelLoadCLI(t *testing.T) {
 	dir := t.TempDir()
 	var doc modelLoadDoc
-	runBenchJSON(t, &doc, "bench", "model-load", dir, "--generate", "3x2M", "--clients", "2", "--runs", "1", "--keep", "--fio=false")
+	report := filepath.Join(t.TempDir(), "ml.html")
+	runBenchJSON(t, &doc, "bench", "model-load", dir, "--generate", "3x2M", "--clients", "2", "--runs", "1", "--keep", "--fio=false", "--report", report)
+	checkReportRenders(t, report, 2)
 	hdr := int64(len(safetensorsHeader(2 << 20)))
-	if doc.Files != 3 || doc.Bytes != 3*(2<<20+hdr) || doc.Clients != 2 || doc.LoadTimeMS.Count != 2 {
+	if doc.Files != 3 || doc.Bytes != 3*(2<<20+hdr) || doc.Clients != 2 || doc.LoadTime.Count != 2 {
 		t.Fatalf("doc %+v", doc)
 	}
 	if doc.AggregateMiBPerSec.Mean <= 0 || abs(doc.GiBPerSec.Mean*1024-doc.AggregateMiBPerSec.Mean) > 1e-9*doc.AggregateMiBPerSec.Mean {
