@@ -11,7 +11,6 @@
 package localfs
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
@@ -248,86 +247,7 @@ func (l *FS) Create(ctx context.Context, name string) (fs.Writer, error) {
 		os.Remove(tmp.Name())
 		return nil, err
 	}
-	return &writer{f: tmp, name: name, bw: bufio.NewWriterSize(tmp, 1<<20)}, nil
-}
-
-type writer struct {
-	f         *os.File
-	bw        *bufio.Writer
-	name      string
-	committed bool
-	err       error // first write error, sticky
-}
-
-func (w *writer) Write(p []byte) (int, error) {
-	if w.err != nil {
-		return 0, w.err
-	}
-	n, err := w.bw.Write(p)
-	if err != nil {
-		w.err = wrapSpace(fmt.Errorf("write %s: %w", w.name, err))
-	}
-	return n, w.err
-}
-
-func wrapSpace(err error) error {
-	if errors.Is(err, unix.ENOSPC) || errors.Is(err, unix.EDQUOT) {
-		return fmt.Errorf("%w: %w", fs.ErrNoSpace, err)
-	}
-	return err
-}
-
-// WriteAt overwrites bytes already written at off (a header written last,
-// as FFRecord writers do). The file stays unpublished until Commit.
-func (w *writer) WriteAt(p []byte, off int64) (int, error) {
-	if w.err != nil {
-		return 0, w.err
-	}
-	if err := w.bw.Flush(); err != nil {
-		w.err = wrapSpace(fmt.Errorf("write %s: %w", w.name, err))
-		return 0, w.err
-	}
-	n, err := w.f.WriteAt(p, off)
-	if err != nil {
-		w.err = wrapSpace(fmt.Errorf("write %s: %w", w.name, err))
-	}
-	return n, w.err
-}
-
-func (w *writer) Commit() error {
-	if w.committed {
-		return nil
-	}
-	if w.err != nil {
-		w.Close()
-		return w.err
-	}
-	err := w.bw.Flush()
-	if err == nil {
-		err = w.f.Sync()
-	}
-	if cerr := w.f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(w.f.Name(), w.name)
-	}
-	if err != nil {
-		os.Remove(w.f.Name())
-		w.committed = true // nothing left to abandon
-		return wrapSpace(fmt.Errorf("commit %s: %w", w.name, err))
-	}
-	w.committed = true
-	return syncDir(filepath.Dir(w.name))
-}
-
-func (w *writer) Close() error {
-	if w.committed {
-		return nil
-	}
-	w.committed = true
-	w.f.Close()
-	return os.Remove(w.f.Name())
+	return newWriter(tmp, name), nil
 }
 
 func syncDir(dir string) error {
