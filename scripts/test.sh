@@ -5,6 +5,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 go vet ./...
 go test -count=1 -timeout 20m ./...
+go test -race -count=1 -timeout 5m ./bench/
 if [ -f python/pyproject.toml ]; then
   python3 -m pytest -q python/tests
 fi
