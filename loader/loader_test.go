@@ -702,3 +702,52 @@ func TestBlockShuffleTradesRandomnessForLocality(t *testing.T) {
 		t.Fatalf("randomness: neighbour share global %.4f, block %.4f, sequential %.4f", global.NearFrac(), block.NearFrac(), seq.NearFrac())
 	}
 }
+
+func TestOptionsAreValidated(t *testing.T) {
+	dir := makeDataset(t, t.TempDir(), "a", 10, 1)
+	for _, c := range []struct {
+		o    Options
+		want string
+	}{
+		{Options{BatchSize: -1}, "batch size"},
+		{Options{Rank: 2, WorldSize: 2}, "rank 2"},
+		{Options{Prefetch: -1}, "prefetch"},
+		{Options{BlockSize: 4}, "needs shuffling"},
+		{Options{BatchSize: 4, WorldSize: 3, DropLast: true}, "no full batch"},
+		{Options{Workers: -3}, "workers"},
+	} {
+		_, err := Open(context.Background(), []string{dir}, c.o)
+		if !errors.Is(err, ErrOptions) || errkind.Of(err) != errkind.Usage {
+			t.Fatalf("%+v: %v", c.o, err)
+		}
+		if e := errorContains(err, c.want); e != nil {
+			t.Fatal(e)
+		}
+	}
+}
+
+func TestBatchLargerThanBudgetComesAlone(t *testing.T) {
+	dir := makeDataset(t, t.TempDir(), "a", 100, 1)
+	l := mustOpen(t, []string{dir}, Options{BatchSize: 50, MemoryBudget: 100, Prefetch: 4})
+	var largest int64
+	for {
+		b, err := l.Next(context.Background())
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		largest = max(largest, b.Bytes())
+		for i := range b.Samples {
+			if off := b.Offset(i); string(b.Data[off:off+int64(len(b.Samples[i]))]) != string(sampleBytes("a", b.Indices[i])) {
+				t.Fatalf("Offset(%d) = %d does not point at the sample", i, off)
+			}
+		}
+		b.Release()
+	}
+	st := l.Stats()
+	if st.Samples != 100 || st.MemoryPeak > largest {
+		t.Fatalf("stats %+v: more than one oversized batch in memory", st)
+	}
+}
