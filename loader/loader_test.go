@@ -751,3 +751,16 @@ func TestBatchLargerThanBudgetComesAlone(t *testing.T) {
 		t.Fatalf("stats %+v: more than one oversized batch in memory", st)
 	}
 }
+
+func TestOptionsFromJSON(t *testing.T) {
+	var o Options
+	if err := json.Unmarshal([]byte(`{"batch_size": 8, "shuffle": true, "seed": 18446744073709551615, "rank": 1, "world_size": 2, "bad_samples": "skip", "memory_budget": 1048576}`), &o); err != nil {
+		t.Fatal(err)
+	}
+	if o.BatchSize != 8 || !o.Shuffle || o.Seed != 1<<64-1 || o.Rank != 1 || o.WorldSize != 2 || o.BadSamples != Skip || o.MemoryBudget != 1<<20 {
+		t.Fatalf("%+v", o)
+	}
+	if err := json.Unmarshal([]byte(`{"bad_samples": "ignore"}`), &o); err == nil {
+		t.Fatal("unknown policy accepted")
+	}
+}

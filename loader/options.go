@@ -30,6 +30,32 @@ const (
 	Skip
 )
 
+func (p BadSamplePolicy) String() string {
+	switch p {
+	case Fail:
+		return "fail"
+	case Skip:
+		return "skip"
+	}
+	return fmt.Sprintf("BadSamplePolicy(%d)", int(p))
+}
+
+// MarshalText writes "fail" or "skip".
+func (p BadSamplePolicy) MarshalText() ([]byte, error) { return []byte(p.String()), nil }
+
+// UnmarshalText reads "fail" or "skip".
+func (p *BadSamplePolicy) UnmarshalText(b []byte) error {
+	switch string(b) {
+	case "fail", "":
+		*p = Fail
+	case "skip":
+		*p = Skip
+	default:
+		return fmt.Errorf("%w: bad-sample policy %q, want fail or skip", ErrOptions, b)
+	}
+	return nil
+}
+
 // Sample is what a SampleTransform receives.
 type Sample struct {
 	Pos    int    // position in the batch
@@ -40,73 +66,76 @@ type Sample struct {
 }
 
 // Options configure a Loader. The zero value of each field is its default.
+// The plain fields have JSON names, so a front end in another process (the
+// Python package) can send them as a JSON object.
 type Options struct {
 	// BatchSize is the number of samples per batch on each rank. Default 32.
-	BatchSize int
+	BatchSize int `json:"batch_size"`
 	// Shuffle delivers each epoch in a pseudorandom order (an exact
 	// permutation of the samples) instead of index order. Default off.
-	Shuffle bool
+	Shuffle bool `json:"shuffle"`
 	// BlockSize > 0 turns the shuffle into a block shuffle: the order of
 	// blocks of BlockSize consecutive samples is permuted, then samples are
 	// permuted within windows of Window consecutive blocks (see doc.go).
 	// Needs Shuffle. Default 0 (shuffle single samples).
-	BlockSize int64
+	BlockSize int64 `json:"block_size"`
 	// Window is the number of blocks shuffled together. Default 16.
-	Window int64
+	Window int64 `json:"window"`
 	// Seed keys the shuffle and the per-sample seeds. Default 0.
-	Seed uint64
+	Seed uint64 `json:"seed"`
 	// DropLast drops what does not fill a whole batch on every rank;
 	// otherwise the last batch of an epoch may be short. Default off.
-	DropLast bool
+	DropLast bool `json:"drop_last"`
 	// Rank and WorldSize: this process's share. Default rank 0 of 1.
-	Rank, WorldSize int
+	Rank      int `json:"rank"`
+	WorldSize int `json:"world_size"`
 	// StartEpoch is the first epoch; Epochs the number of epochs (< 0:
 	// unlimited). Defaults 0 and 1.
-	StartEpoch int64
-	Epochs     int64
+	StartEpoch int64 `json:"start_epoch"`
+	Epochs     int64 `json:"epochs"`
 	// Workers is the number of reads in flight per batch. Default 64.
-	Workers int
+	Workers int `json:"workers"`
 	// Prefetch is the number of batches prepared ahead of the consumer.
 	// Default 4.
-	Prefetch int
+	Prefetch int `json:"prefetch"`
 	// MemoryBudget bounds the bytes of batch buffers held at once, from
 	// the read until Release (see doc.go). Default 1 GiB.
-	MemoryBudget int64
+	MemoryBudget int64 `json:"memory_budget"`
 	// NoVerify skips the per-sample CRC-32 checks. Default: verify.
-	NoVerify bool
+	NoVerify bool `json:"no_verify"`
 	// Direct reads with O_DIRECT (no page cache). Default off.
-	Direct bool
+	Direct bool `json:"direct"`
 	// MergeGap is ffrecord's gap for merging neighbouring reads (0:
 	// ffrecord's default, < 0: never merge).
-	MergeGap int64
+	MergeGap int64 `json:"merge_gap"`
 	// SampleTransform, when set, runs on every sample of a batch, on up to
 	// TransformWorkers goroutines; its result lands in Batch.Outputs.
-	SampleTransform func(ctx context.Context, s Sample) (any, error)
+	SampleTransform func(ctx context.Context, s Sample) (any, error) `json:"-"`
 	// BatchTransform, when set, runs once per batch after the sample
 	// transforms, and may set Batch.Value.
-	BatchTransform func(ctx context.Context, b *Batch) error
+	BatchTransform func(ctx context.Context, b *Batch) error `json:"-"`
 	// TransformWorkers bounds parallel sample transforms. Default GOMAXPROCS.
-	TransformWorkers int
+	TransformWorkers int `json:"transform_workers"`
 	// BadSamples is the bad-sample policy. Default Fail.
-	BadSamples BadSamplePolicy
+	BadSamples BadSamplePolicy `json:"bad_samples"`
 	// Log receives skipped-sample notices and watchdog reports. Default:
 	// discard.
-	Log func(msg string)
+	Log func(msg string) `json:"-"`
 	// Watchdog: when Next has waited this long for a batch, the loader
 	// logs which stage is stuck and on which file, and again after every
 	// further period. Default 5 minutes; < 0 disables.
-	Watchdog time.Duration
+	Watchdog time.Duration `json:"watchdog_ns"`
 	// FailOnStall makes Next return ErrStalled (with the report) instead
 	// of waiting on after the first watchdog report.
-	FailOnStall bool
+	FailOnStall bool `json:"fail_on_stall"`
 	// Arena, when set, provides the batch buffers (e.g. shared memory).
-	Arena Arena
+	Arena Arena `json:"-"`
 	// Weights makes a weighted mixture of several datasets (OpenMixture,
 	// NewMixture): one positive weight per dataset.
-	Weights []float64
+	Weights []float64 `json:"weights"`
 	// MixtureEpoch is a mixture epoch's length in samples. Default: the
 	// sum of the datasets' sizes.
-	MixtureEpoch int64
+	MixtureEpoch int64 `json:"mixture_epoch"`
 }
 
 func (o *Options) fill() {
