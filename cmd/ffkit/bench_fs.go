@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"golang.org/x/sys/unix"
 
 	"github.com/ffkit/ffkit/bench"
 	"github.com/ffkit/ffkit/fs"
@@ -229,6 +230,9 @@ func (b *fsBench) run(ctx context.Context, threads []int, rep *fsBenchReport) er
 	for _, s := range specs {
 		row := &fsRow{Test: s.test, RW: s.rw, BlockSize: s.bs, Threads: s.threads, IODepth: s.depth}
 		fmt.Fprintf(os.Stderr, "bench fs: %s, %d thread(s), depth %d\n", s.test, s.threads, s.depth)
+		// Write back what earlier rows left dirty (on every side) so that
+		// no column pays for another's writeback.
+		unix.Sync()
 		row.Device = b.fioSide(ctx, b.devDir, s.rw, s.bs, s.threads, s.depth, false)
 		if b.fuseDir != "" {
 			row.FUSE = b.fioSide(ctx, b.fuseDir, s.rw, s.bs, s.threads, s.depth, true)

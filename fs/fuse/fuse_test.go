@@ -7,6 +7,7 @@ import (
 
 	"github.com/ffkit/ffkit/fs"
 	"github.com/ffkit/ffkit/fs/fuse"
+	"github.com/ffkit/ffkit/fs/fuse/fusetest"
 	"github.com/ffkit/ffkit/fs/localfs"
 )
 
@@ -42,7 +43,7 @@ func mount(t *testing.T, backend fs.FS, root string, opts fuse.Options) (string,
 func TestPOSIXLocal(t *testing.T) {
 	src := t.TempDir()
 	mnt, srv := mount(t, localfs.New(), src, fuse.Options{})
-	runPOSIX(t, mnt, localfs.New(), src)
+	fusetest.RunPOSIX(t, mnt, localfs.New(), src)
 	st := srv.Stats()
 	if st.Reads == 0 || st.Writes == 0 || st.Batches == 0 {
 		t.Errorf("stats after the suite: %+v", st)

@@ -15,6 +15,7 @@ import (
 
 	"github.com/ffkit/ffkit/fs"
 	"github.com/ffkit/ffkit/fs/fuse"
+	"github.com/ffkit/ffkit/fs/fuse/fusetest"
 	"github.com/ffkit/ffkit/fs/localfs"
 )
 
@@ -164,7 +165,7 @@ type plainFS struct{ fs.FS }
 func TestSequentialOnlyBackend(t *testing.T) {
 	src := t.TempDir()
 	mnt, _ := mount(t, plainFS{localfs.New()}, src, fuse.Options{})
-	data := pattern(9, 3<<20+1)
+	data := fusetest.Pattern(9, 3<<20+1)
 	if err := os.WriteFile(filepath.Join(mnt, "new"), data, 0o644); err != nil {
 		t.Fatalf("write a new file sequentially: %v", err)
 	}

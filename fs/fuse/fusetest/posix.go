@@ -1,4 +1,8 @@
-package fuse_test
+// Package fusetest is the POSIX behaviour suite of a mounted ffkit file
+// system. RunPOSIX runs it against a real mount, over whatever storage
+// backs it (local files, the cluster), and checks close-to-open
+// consistency against the same storage reached without FUSE.
+package fusetest
 
 import (
 	"bytes"
@@ -19,17 +23,17 @@ import (
 	"github.com/ffkit/ffkit/fs"
 )
 
-// runPOSIX is the POSIX behaviour suite, run against a real mount at mnt.
+// RunPOSIX is the POSIX behaviour suite, run against a real mount at mnt.
 // native is the file system behind the mount, reached without FUSE (the
 // local files, or the cluster client), and nativeRoot the mounted
 // directory in it: close-to-open consistency is checked against it.
-func runPOSIX(t *testing.T, mnt string, native fs.FS, nativeRoot string) {
+func RunPOSIX(t *testing.T, mnt string, native fs.FS, nativeRoot string) {
 	ctx := context.Background()
 	p := func(name string) string { return filepath.Join(mnt, name) }
 	np := func(name string) string { return path.Join(nativeRoot, name) }
 
 	t.Run("CreateWriteReadBack", func(t *testing.T) {
-		data := pattern(1, 3<<20+123)
+		data := Pattern(1, 3<<20+123)
 		if err := os.WriteFile(p("a.bin"), data, 0o644); err != nil {
 			t.Fatal(err)
 		}
@@ -45,7 +49,7 @@ func runPOSIX(t *testing.T, mnt string, native fs.FS, nativeRoot string) {
 
 	t.Run("CloseToOpen", func(t *testing.T) {
 		// Written through the mount and closed: the native client sees it.
-		data := pattern(2, 1<<20+7)
+		data := Pattern(2, 1<<20+7)
 		if err := os.WriteFile(p("c2o"), data, 0o644); err != nil {
 			t.Fatal(err)
 		}
@@ -57,7 +61,7 @@ func runPOSIX(t *testing.T, mnt string, native fs.FS, nativeRoot string) {
 		if _, err := os.ReadFile(p("c2o")); err != nil {
 			t.Fatal(err)
 		}
-		data2 := pattern(3, 2<<20+5)
+		data2 := Pattern(3, 2<<20+5)
 		writeNative(t, native, np("c2o"), data2)
 		got, err := os.ReadFile(p("c2o"))
 		if err != nil || !bytes.Equal(got, data2) {
@@ -75,7 +79,7 @@ func runPOSIX(t *testing.T, mnt string, native fs.FS, nativeRoot string) {
 		r := rand.New(rand.NewSource(4))
 		for range 200 {
 			off := r.Intn(len(want) - 5000)
-			chunk := pattern(int64(off), 1+r.Intn(5000))
+			chunk := Pattern(int64(off), 1+r.Intn(5000))
 			if _, err := f.WriteAt(chunk, int64(off)); err != nil {
 				t.Fatal(err)
 			}
@@ -141,7 +145,7 @@ func runPOSIX(t *testing.T, mnt string, native fs.FS, nativeRoot string) {
 	})
 
 	t.Run("UnlinkWhileOpen", func(t *testing.T) {
-		data := pattern(5, 300<<10)
+		data := Pattern(5, 300<<10)
 		os.WriteFile(p("doomed"), data, 0o644)
 		r, err := os.Open(p("doomed"))
 		if err != nil {
@@ -180,7 +184,7 @@ func runPOSIX(t *testing.T, mnt string, native fs.FS, nativeRoot string) {
 	})
 
 	t.Run("Truncate", func(t *testing.T) {
-		data := pattern(6, 100000)
+		data := Pattern(6, 100000)
 		os.WriteFile(p("tr"), data, 0o644)
 		if err := os.Truncate(p("tr"), 1000); err != nil {
 			t.Fatal(err)
@@ -272,7 +276,7 @@ func runPOSIX(t *testing.T, mnt string, native fs.FS, nativeRoot string) {
 					errs <- err
 					return
 				}
-				data := pattern(int64(100+w), 512<<10+w)
+				data := Pattern(int64(100+w), 512<<10+w)
 				for off := 0; off < len(data); off += 64 << 10 {
 					if _, err := f.Write(data[off:min(off+64<<10, len(data))]); err != nil {
 						errs <- err
@@ -291,7 +295,7 @@ func runPOSIX(t *testing.T, mnt string, native fs.FS, nativeRoot string) {
 			t.Fatal(err)
 		}
 		for w := range writers {
-			want := pattern(int64(100+w), 512<<10+w)
+			want := Pattern(int64(100+w), 512<<10+w)
 			if got := readNative(t, native, np(fmt.Sprintf("cw/f%d", w))); !bytes.Equal(got, want) {
 				t.Fatalf("writer %d: native read differs (%d bytes, want %d)", w, len(got), len(want))
 			}
@@ -343,8 +347,8 @@ func runPOSIX(t *testing.T, mnt string, native fs.FS, nativeRoot string) {
 	}
 }
 
-// pattern is n deterministic pseudo-random bytes.
-func pattern(seed int64, n int) []byte {
+// Pattern is n deterministic pseudo-random bytes.
+func Pattern(seed int64, n int) []byte {
 	b := make([]byte, n)
 	rand.New(rand.NewSource(seed)).Read(b)
 	return b
