@@ -183,6 +183,11 @@ func TestBitFlipCaughtAndRepaired(t *testing.T) {
 	if err := os.WriteFile(path, b, 0o644); err != nil {
 		t.Fatal(err)
 	}
+	// Reading that replica fails its block checksum.
+	_, err = c.cl.ReadReplica(ctx, 1, bad.ID, id, 65536, 10000)
+	if !errors.Is(err, proto.ErrChecksum) {
+		t.Fatalf("bad replica read: want checksum error, got %v", err)
+	}
 	// Reads through the client are right whichever replica they pick.
 	for i := 0; i < 5; i++ {
 		rd := []client.ChunkRead{{Chain: 1, Chunk: id, Off: 65536, Buf: make([]byte, 10000)}}
@@ -193,18 +198,21 @@ func TestBitFlipCaughtAndRepaired(t *testing.T) {
 			t.Fatal("client read returned corrupt bytes")
 		}
 	}
-	_, err = c.cl.ReadReplica(ctx, 1, bad.ID, id, 65536, 10000)
-	if !errors.Is(err, proto.ErrChecksum) && err == nil {
-		t.Fatalf("bad replica read: want checksum error, got %v", err)
-	}
-	t.Logf("bad replica: %v", err)
 	c.waitChain(1, 10*time.Second, "bad replica left and came back serving", func(now *proto.Chain) bool {
 		tg, _ := now.Target(bad.ID)
 		return now.Version > ch.Version+1 && tg.State == proto.Serving
 	})
-	got, err := c.cl.ReadReplica(ctx, 1, bad.ID, id, 0, int64(len(data)))
-	if err != nil || string(got) != string(data) {
-		t.Fatalf("repaired replica: %v", err)
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		got, err := c.cl.ReadReplica(ctx, 1, bad.ID, id, 0, int64(len(data)))
+		if err == nil && string(got) == string(data) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("replica not repaired: %v", err)
+		}
+		time.Sleep(50 * time.Millisecond)
+		c.routing()
 	}
 	c.check(m, false)
 }
