@@ -14,6 +14,7 @@ require (
 	github.com/andybalholm/brotli v1.2.3 // indirect
 	github.com/anishathalye/porcupine v1.3.1 // indirect
 	github.com/apache/arrow-go/v18 v18.8.0 // indirect
+	github.com/apache/thrift v0.24.0 // indirect
 	github.com/beorn7/perks v1.0.1 // indirect
 	github.com/cenkalti/backoff/v5 v5.0.3 // indirect
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect

@@ -178,7 +178,7 @@ func (s *Source) Schema(names []string) (*arrow.Schema, error) {
 	for i, n := range names {
 		idx := first.Schema.FieldIndices(n)
 		if len(idx) != 1 {
-			return nil, fmt.Errorf("%w: column %q not found in %s (columns: %s)", ErrSchema, n, first.Path, fieldNames(first.Schema))
+			return nil, fmt.Errorf("%w: unknown column %q: %s has %s", ErrUsage, n, first.Path, fieldNames(first.Schema))
 		}
 		fields[i] = first.Schema.Field(idx[0])
 	}

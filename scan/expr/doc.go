@@ -3,7 +3,7 @@
 // arguments of --agg aggregates.
 //
 // The grammar is a subset of SQL: column names (bare or "double quoted"),
-// integer, float, 'string' (with '' as an escaped quote), TRUE, FALSE, NULL,
+// integer, float, 'string' (a quote inside doubled), TRUE, FALSE, NULL,
 // DATE 'yyyy-mm-dd' and TIMESTAMP 'yyyy-mm-dd hh:mm:ss[.ffffff]' literals;
 // arithmetic + - * / % and string concatenation ||; comparisons
 // = == != <> < <= > >=; AND, OR, NOT; x [NOT] IN (list); x [NOT] BETWEEN a

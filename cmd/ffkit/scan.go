@@ -1,0 +1,125 @@
+package main
+
+import (
+	"fmt"
+	"strings"
+	"sync"
+
+	"github.com/dustin/go-humanize"
+	"github.com/schollz/progressbar/v3"
+	"github.com/spf13/cobra"
+
+	"github.com/ffkit/ffkit/scan"
+)
+
+func init() { register(newScanCmd) }
+
+func newScanCmd() *cobra.Command {
+	var (
+		job     scan.Job
+		groupBy string
+	)
+	c := &cobra.Command{
+		Use:   "scan SRC... -o OUT",
+		Short: "Run a SmallPond-style columnar job: read Parquet, partition, filter/aggregate/SQL, write",
+		Long: `Read Parquet files (files, globs, directories; local or ffkit:// paths),
+optionally partition them (by files, rows, or hash of columns into N),
+transform each partition (native filter / projection / computed columns,
+group-by aggregates, or a DuckDB SQL query with the partition as table
+"input"), and write Parquet (zstd), FFRecord, CSV, JSON lines or Arrow IPC.
+
+OUT ending in the format's extension (.parquet, .csv, .jsonl, .arrow) is one
+file; otherwise it is a directory of part files, at least one per partition
+(part-PPPPP*.EXT). Every task writes to a staging name and is published by
+an atomic rename; rerunning the same job skips published tasks, and a
+changed job (inputs, query or options) replaces the old output.
+
+--where takes a SQL boolean expression: comparisons, arithmetic, AND/OR/NOT,
+IN, BETWEEN, IS [NOT] NULL, LIKE/ILIKE, with SQL null semantics. Row groups
+whose statistics rule the filter out are not read.
+
+Examples:
+  ffkit scan data/ --where "score > 0.9 AND lang = 'en'" --columns id,text -o out.parquet
+  ffkit scan 'logs/*.parquet' --group-by user --agg 'count(*),sum(bytes),mean(latency)' -o agg.parquet
+  ffkit scan data/ --partition-by hash:user --partitions 16 -o shuffled/
+  ffkit scan a/ --join b/ --partition-by hash:id --partitions 8 \
+      --sql 'SELECT * FROM input JOIN input2 USING (id)' -o joined/
+  ffkit scan data/ --where 'length(text) > 10' --format ffrecord --sample-column text -o packed/`,
+		Args: cobra.MinimumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			job.Inputs = args
+			if groupBy != "" {
+				for _, k := range strings.Split(groupBy, ",") {
+					if k = strings.TrimSpace(k); k != "" {
+						job.GroupBy = append(job.GroupBy, k)
+					}
+				}
+			}
+			if job.Output == "" {
+				return usagef("scan: -o OUT is required")
+			}
+			var bar *progressbar.ProgressBar
+			var once sync.Once
+			if isTerminal() {
+				job.Progress = func(done, total int64) {
+					once.Do(func() {
+						bar = progressbar.NewOptions64(total,
+							progressbar.OptionSetWriter(cmd.ErrOrStderr()),
+							progressbar.OptionSetDescription("scan"),
+							progressbar.OptionShowCount(),
+							progressbar.OptionSetItsString("rows"),
+							progressbar.OptionShowIts(),
+							progressbar.OptionThrottle(100e6),
+							progressbar.OptionClearOnFinish())
+					})
+					if bar.GetMax64() != total {
+						bar.ChangeMax64(total)
+					}
+					bar.Set64(done)
+				}
+			}
+			sum, err := scan.Run(cmd.Context(), job)
+			if bar != nil {
+				bar.Finish()
+			}
+			if err != nil {
+				return err
+			}
+			if jsonOut {
+				return printJSON(sum)
+			}
+			w := human()
+			state := ""
+			if sum.UpToDate {
+				state = " (already up to date)"
+			}
+			fmt.Fprintf(w, "scan: %d files, %s rows in, %s rows out, %s read, %d row groups (%d skipped by statistics), %d partitions, %d tasks (%d already done, %d retries), %.2fs%s\n",
+				sum.InputFiles, humanize.Comma(sum.RowsIn), humanize.Comma(sum.RowsOut), humanize.IBytes(uint64(sum.BytesRead)),
+				sum.RowGroups, sum.RowGroupsSkipped, sum.Partitions, sum.Tasks, sum.TasksSkipped, sum.Retries, sum.Seconds, state)
+			if len(sum.OutputFiles) == 1 {
+				fmt.Fprintf(w, "output: %s\n", sum.OutputFiles[0])
+			} else {
+				fmt.Fprintf(w, "output: %s (%d files)\n", job.Output, len(sum.OutputFiles))
+			}
+			return nil
+		},
+	}
+	f := c.Flags()
+	f.StringVarP(&job.Output, "output", "o", "", "output file (ending in the format's extension) or directory")
+	f.StringVar(&job.Columns, "columns", "", "output columns and computed expressions: 'a, b, x*2 AS y' (default all)")
+	f.StringVar(&job.Where, "where", "", "SQL boolean filter, e.g. \"x > 3 AND name LIKE 'a%'\"")
+	f.StringVar(&groupBy, "group-by", "", "group keys, comma-separated (with --agg)")
+	f.StringVar(&job.Aggs, "agg", "", "aggregates: 'count(*), sum(x), min(y), max(y), mean(x)'")
+	f.StringVar(&job.SQL, "sql", "", "DuckDB SQL run per partition; the partition is the table input (and input2 with --join)")
+	f.StringSliceVar(&job.JoinInputs, "join", nil, "second input, hash-partitioned like the first, visible to --sql as input2")
+	f.StringVar(&job.PartitionBy, "partition-by", "", "files, rows, or hash:COL[,COL...]")
+	f.IntVar(&job.Partitions, "partitions", 1, "number of partitions N")
+	f.IntVar(&job.Workers, "workers", 0, "parallel tasks and row-group decoders (default: CPUs)")
+	f.StringVar(&job.Format, "format", "parquet", "output format: parquet, ffrecord, csv, jsonl, arrow (Arrow IPC file, memory-mappable)")
+	f.StringVar(&job.SampleColumn, "sample-column", "", "with --format ffrecord: the binary/string column packed as one sample per row")
+	f.Int64Var(&job.ShardSize, "shard-size", 0, "with --format ffrecord: target shard size in bytes (default 256 MiB)")
+	f.Int64Var(&job.RowGroupRows, "row-group-rows", scan.DefaultRowGroupRows, "rows per Parquet output row group")
+	f.StringVar(&job.MemoryLimit, "memory-limit", "1GB", "DuckDB memory limit per --sql task")
+	f.IntVar(&job.Retries, "retries", 2, "retries of a failed task")
+	return c
+}

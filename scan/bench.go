@@ -1,0 +1,365 @@
+package scan
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"sort"
+	"sync/atomic"
+	"time"
+
+	"github.com/apache/arrow-go/v18/arrow"
+	"github.com/apache/arrow-go/v18/arrow/array"
+	pq "github.com/parquet-go/parquet-go"
+	"golang.org/x/sync/errgroup"
+)
+
+// BenchOptions configure Bench.
+type BenchOptions struct {
+	// Rows of generated data. Default 5,000,000.
+	Rows int64
+	// Dir holds the generated data and outputs. Default: a temporary
+	// directory, removed afterwards.
+	Dir string
+	// Workers for ffkit and threads for DuckDB. Default: CPUs.
+	Workers int
+	// Runs per measurement; the median is reported. Default 3.
+	Runs int
+	// Partitions of the hash repartition. Default 16.
+	Partitions int
+	// Log, if set, receives progress lines.
+	Log func(format string, args ...any)
+}
+
+// BenchRow is one measurement: ffkit's median time next to the baseline's
+// from the same run. Ratio is baseline time / ffkit time (above 1: ffkit
+// is faster).
+type BenchRow struct {
+	Name          string  `json:"name"`
+	What          string  `json:"what"`
+	FFkitSeconds  float64 `json:"ffkit_seconds"`
+	Baseline      string  `json:"baseline"`
+	BaseSeconds   float64 `json:"baseline_seconds"`
+	Ratio         float64 `json:"ratio"`
+	Goal          float64 `json:"goal,omitempty"`
+	FFkitRowsOut  int64   `json:"ffkit_rows_out"`
+	BaseRowsOut   int64   `json:"baseline_rows_out"`
+	BytesRead     int64   `json:"ffkit_bytes_read,omitempty"`
+	SkippedGroups int     `json:"row_groups_skipped,omitempty"`
+}
+
+// BenchResult is the whole benchmark.
+type BenchResult struct {
+	Rows             int64      `json:"rows"`
+	RowGroups        int        `json:"row_groups"`
+	FileBytes        int64      `json:"file_bytes"`
+	UncompressedSize int64      `json:"uncompressed_bytes"`
+	Workers          int        `json:"workers"`
+	Runs             int        `json:"runs"`
+	DuckDBVersion    string     `json:"duckdb_version"`
+	Results          []BenchRow `json:"results"`
+	// Repartition throughput, uncompressed input MiB per second per core.
+	RepartitionMiBsPerCore       float64 `json:"repartition_mib_s_per_core"`
+	DuckDBRepartitionMiBsPerCore float64 `json:"duckdb_repartition_mib_s_per_core"`
+	// SmallPond's GraySort: 110.5 TiB in 30 min 14 s on 50 x 192 cores.
+	GraySortMiBsPerCore float64 `json:"smallpond_graysort_mib_s_per_core"`
+}
+
+// GraySortMiBsPerCore is SmallPond's published GraySort rate per core.
+func graySortMiBsPerCore() float64 {
+	return 110.5 * (1 << 20) / (30*60 + 14) / (50 * 192)
+}
+
+func median(xs []float64) float64 {
+	s := append([]float64(nil), xs...)
+	sort.Float64s(s)
+	return s[len(s)/2]
+}
+
+// Bench generates data with DuckDB and times ffkit against DuckDB (through
+// duckdb-go, same thread count) on the same files in the same run:
+// a selective filter+projection, a filter that row-group statistics
+// prune, group-by aggregates, and a hash repartition; plus the raw scan
+// of ffkit's reader next to parquet-go's page-level reader.
+func Bench(ctx context.Context, o BenchOptions) (*BenchResult, error) {
+	if o.Rows <= 0 {
+		o.Rows = 5_000_000
+	}
+	if o.Workers <= 0 {
+		o.Workers = defaultWorkers()
+	}
+	if o.Runs <= 0 {
+		o.Runs = 3
+	}
+	if o.Partitions <= 0 {
+		o.Partitions = 16
+	}
+	logf := o.Log
+	if logf == nil {
+		logf = func(string, ...any) {}
+	}
+	dir := o.Dir
+	if dir == "" {
+		d, err := os.MkdirTemp("", "ffkit-scan-bench-")
+		if err != nil {
+			return nil, err
+		}
+		defer os.RemoveAll(d)
+		dir = d
+	}
+	db, err := sql.Open("duckdb", "")
+	if err != nil {
+		return nil, err
+	}
+	defer db.Close()
+	db.SetMaxOpenConns(1)
+	if _, err := db.ExecContext(ctx, fmt.Sprintf("SET threads=%d", o.Workers)); err != nil {
+		return nil, err
+	}
+	res := &BenchResult{Rows: o.Rows, Workers: o.Workers, Runs: o.Runs, GraySortMiBsPerCore: graySortMiBsPerCore()}
+	db.QueryRowContext(ctx, "SELECT version()").Scan(&res.DuckDBVersion)
+	in := filepath.Join(dir, "data.parquet")
+	if _, err := os.Stat(in); err != nil {
+		logf("generating %d rows with DuckDB into %s", o.Rows, in)
+		gen := fmt.Sprintf(`COPY (SELECT i AS key, hash(i) / 18446744073709551615.0 AS value,
+			'category_' || (i %% 16)::VARCHAR AS category,
+			(DATE '2020-01-01' + (i * 365 // %d)::INTEGER) AS day,
+			(i %% 100000)::INTEGER AS user_id
+			FROM range(%d) t(i)) TO '%s' (FORMAT parquet, COMPRESSION zstd, ROW_GROUP_SIZE 122880)`, o.Rows, o.Rows, in)
+		if _, err := db.ExecContext(ctx, gen); err != nil {
+			return nil, fmt.Errorf("generate: %w", err)
+		}
+	}
+	pf, err := OpenFile(ctx, in, nil)
+	if err != nil {
+		return nil, err
+	}
+	res.RowGroups = pf.NumRowGroups()
+	res.FileBytes = pf.Size
+	for rg := 0; rg < pf.NumRowGroups(); rg++ {
+		res.UncompressedSize += pf.meta.RowGroup(rg).TotalByteSize()
+	}
+	pf.Close()
+
+	duckRows := func(q string) func() (int64, error) {
+		return func() (int64, error) {
+			var n int64
+			err := db.QueryRowContext(ctx, q).Scan(&n)
+			return n, err
+		}
+	}
+	duckCopy := func(q, out string, extra string) func() (int64, error) {
+		return func() (int64, error) {
+			os.RemoveAll(out)
+			var n int64
+			err := db.QueryRowContext(ctx, fmt.Sprintf("COPY (%s) TO '%s' (FORMAT parquet, COMPRESSION zstd%s)", q, out, extra)).Scan(&n)
+			return n, err
+		}
+	}
+	var lastSum *Summary
+	ours := func(j Job) func() (int64, error) {
+		return func() (int64, error) {
+			os.RemoveAll(j.Output)
+			j.Inputs, j.Workers = []string{in}, o.Workers
+			s, err := Run(ctx, j)
+			if err != nil {
+				return 0, err
+			}
+			lastSum = s
+			return s.RowsOut, nil
+		}
+	}
+	measure := func(row BenchRow, ffkit, base func() (int64, error)) error {
+		var ft, bt []float64
+		for r := 0; r < o.Runs; r++ {
+			// interleaved, so a noisy neighbour hits both alike
+			t0 := time.Now()
+			n, err := ffkit()
+			if err != nil {
+				return fmt.Errorf("%s (ffkit): %w", row.Name, err)
+			}
+			ft = append(ft, time.Since(t0).Seconds())
+			row.FFkitRowsOut = n
+			t0 = time.Now()
+			if n, err = base(); err != nil {
+				return fmt.Errorf("%s (%s): %w", row.Name, row.Baseline, err)
+			}
+			bt = append(bt, time.Since(t0).Seconds())
+			row.BaseRowsOut = n
+		}
+		row.FFkitSeconds, row.BaseSeconds = median(ft), median(bt)
+		row.Ratio = row.BaseSeconds / row.FFkitSeconds
+		if lastSum != nil {
+			row.BytesRead, row.SkippedGroups = lastSum.BytesRead, lastSum.RowGroupsSkipped
+			lastSum = nil
+		}
+		logf("%-28s ffkit %.3fs  %s %.3fs  ratio %.2fx", row.Name, row.FFkitSeconds, row.Baseline, row.BaseSeconds, row.Ratio)
+		res.Results = append(res.Results, row)
+		return nil
+	}
+	src := fmt.Sprintf("read_parquet('%s')", in)
+	out := func(n string) string { return filepath.Join(dir, n) }
+
+	// 1. selective filter + projection, written to Parquet
+	if err := measure(BenchRow{Name: "filter+project", What: "key, value WHERE value > 0.99 -> parquet", Baseline: "duckdb", Goal: 1},
+		ours(Job{Where: "value > 0.99", Columns: "key, value", Output: out("q1.parquet")}),
+		duckCopy("SELECT key, value FROM "+src+" WHERE value > 0.99", out("q1-duck.parquet"), "")); err != nil {
+		return nil, err
+	}
+	// 2. a filter on a clustered column: row groups pruned by statistics
+	if err := measure(BenchRow{Name: "filter, pruned row groups", What: "key, day WHERE day >= '2020-12-01' -> parquet", Baseline: "duckdb", Goal: 1},
+		ours(Job{Where: "day >= DATE '2020-12-01'", Columns: "key, day", Output: out("q2.parquet")}),
+		duckCopy("SELECT key, day FROM "+src+" WHERE day >= DATE '2020-12-01'", out("q2-duck.parquet"), "")); err != nil {
+		return nil, err
+	}
+	// 3. group-by aggregates, low and high cardinality
+	if err := measure(BenchRow{Name: "group-by 16 groups", What: "category: count, sum, mean, min, max", Baseline: "duckdb", Goal: 0.5},
+		ours(Job{GroupBy: []string{"category"}, Aggs: "count(*), sum(key), mean(value), min(value), max(value)", Output: out("q3.parquet")}),
+		duckCopy("SELECT category, count(*), sum(key), avg(value), min(value), max(value) FROM "+src+" GROUP BY category", out("q3-duck.parquet"), "")); err != nil {
+		return nil, err
+	}
+	if err := measure(BenchRow{Name: "group-by 100k groups", What: "user_id: count, sum, mean", Baseline: "duckdb", Goal: 0.5},
+		ours(Job{GroupBy: []string{"user_id"}, Aggs: "count(*), sum(key), mean(value)", Output: out("q4.parquet")}),
+		duckCopy("SELECT user_id, count(*), sum(key), avg(value) FROM "+src+" GROUP BY user_id", out("q4-duck.parquet"), "")); err != nil {
+		return nil, err
+	}
+	// 4. hash repartition into N parquet partitions
+	n := o.Partitions
+	if err := measure(BenchRow{Name: fmt.Sprintf("hash repartition x%d", n), What: "all columns by hash(key) -> N parquet partitions", Baseline: "duckdb"},
+		ours(Job{PartitionBy: "hash:key", Partitions: n, Output: out("q5")}),
+		duckCopy(fmt.Sprintf("SELECT *, hash(key) %% %d AS p FROM %s", n, src), out("q5-duck"), ", PARTITION_BY (p)")); err != nil {
+		return nil, err
+	}
+	last := res.Results[len(res.Results)-1]
+	mib := float64(res.UncompressedSize) / (1 << 20)
+	res.RepartitionMiBsPerCore = mib / last.FFkitSeconds / float64(o.Workers)
+	res.DuckDBRepartitionMiBsPerCore = mib / last.BaseSeconds / float64(o.Workers)
+
+	// 5. the raw scan path: ffkit's reader (Arrow batches) vs parquet-go's
+	// page-level reader (typed slices), both filtering value > 0.99 and
+	// summing key, with the same worker count
+	var ourSum, pgSum int64
+	if err := measure(BenchRow{Name: "scan to memory", What: "count, sum(key) WHERE value > 0.99 (ffkit reader vs parquet-go pages)", Baseline: "parquet-go"},
+		func() (int64, error) {
+			var rows atomic.Int64
+			ourSum = 0
+			_, err := Scan(ctx, []string{in}, ScanOptions{Columns: "key", Where: "value > 0.99", Workers: o.Workers}, func(r arrow.RecordBatch) error {
+				for _, k := range r.Column(0).(*array.Int64).Int64Values() {
+					ourSum += k
+				}
+				rows.Add(r.NumRows())
+				return nil
+			})
+			return rows.Load(), err
+		},
+		func() (int64, error) {
+			n, s, err := parquetGoScan(ctx, in, o.Workers)
+			pgSum = s
+			return n, err
+		}); err != nil {
+		return nil, err
+	}
+	if ourSum != pgSum {
+		return nil, fmt.Errorf("scan bench: checksums differ: ffkit %d, parquet-go %d", ourSum, pgSum)
+	}
+	if err := measure(BenchRow{Name: "scan to memory (duckdb)", What: "count WHERE value > 0.99", Baseline: "duckdb"},
+		func() (int64, error) {
+			var rows atomic.Int64
+			_, err := Scan(ctx, []string{in}, ScanOptions{Columns: "key", Where: "value > 0.99", Workers: o.Workers}, func(r arrow.RecordBatch) error {
+				rows.Add(r.NumRows())
+				return nil
+			})
+			return rows.Load(), err
+		},
+		duckRows("SELECT count(*) FROM "+src+" WHERE value > 0.99")); err != nil {
+		return nil, err
+	}
+	return res, nil
+}
+
+// parquetGoScan is the comparison reader: parquet-go's page API, one
+// *parquet.File per worker, row groups spread over workers.
+func parquetGoScan(ctx context.Context, path string, workers int) (int64, int64, error) {
+	f0, err := os.Open(path)
+	if err != nil {
+		return 0, 0, err
+	}
+	defer f0.Close()
+	st, _ := f0.Stat()
+	pf, err := pq.OpenFile(f0, st.Size())
+	if err != nil {
+		return 0, 0, err
+	}
+	keyCol, okK := pf.Schema().Lookup("key")
+	valCol, okV := pf.Schema().Lookup("value")
+	if !okK || !okV {
+		return 0, 0, fmt.Errorf("parquet-go: columns not found")
+	}
+	var rows, sum atomic.Int64
+	g, _ := errgroup.WithContext(ctx)
+	g.SetLimit(workers)
+	for _, rg := range pf.RowGroups() {
+		g.Go(func() error {
+			cc := rg.ColumnChunks()
+			vals, err := readDoubles(cc[valCol.ColumnIndex])
+			if err != nil {
+				return err
+			}
+			keys, err := readInt64s(cc[keyCol.ColumnIndex])
+			if err != nil {
+				return err
+			}
+			var n, s int64
+			for i, v := range vals {
+				if v > 0.99 {
+					n++
+					s += keys[i]
+				}
+			}
+			rows.Add(n)
+			sum.Add(s)
+			return nil
+		})
+	}
+	err = g.Wait()
+	return rows.Load(), sum.Load(), err
+}
+
+func readDoubles(c pq.ColumnChunk) ([]float64, error) {
+	pages := c.Pages()
+	defer pages.Close()
+	var out []float64
+	for {
+		p, err := pages.ReadPage()
+		if err == io.EOF {
+			return out, nil
+		}
+		if err != nil {
+			return nil, err
+		}
+		d := p.Data()
+		out = append(out, d.Double()...)
+		pq.Release(p)
+	}
+}
+
+func readInt64s(c pq.ColumnChunk) ([]int64, error) {
+	pages := c.Pages()
+	defer pages.Close()
+	var out []int64
+	for {
+		p, err := pages.ReadPage()
+		if err == io.EOF {
+			return out, nil
+		}
+		if err != nil {
+			return nil, err
+		}
+		d := p.Data()
+		out = append(out, d.Int64()...)
+		pq.Release(p)
+	}
+}
