@@ -51,8 +51,19 @@ func TestWatchdogNamesStuckStageAndFile(t *testing.T) {
 
 	var mu sync.Mutex
 	var logs []string
+	// Next waits until the second report (however slow a loaded machine
+	// makes the timers), then gives up through its context.
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
 	o := Options{BatchSize: 10, Shuffle: true, Watchdog: 60 * time.Millisecond,
-		Log: func(s string) { mu.Lock(); logs = append(logs, s); mu.Unlock() }}
+		Log: func(s string) {
+			mu.Lock()
+			logs = append(logs, s)
+			if len(logs) == 2 {
+				cancel()
+			}
+			mu.Unlock()
+		}}
 
 	// Healthy reads through the wrapper first.
 	l := mustOpen(t, []string{url}, o)
@@ -65,19 +76,13 @@ func TestWatchdogNamesStuckStageAndFile(t *testing.T) {
 	if err := l.SetEpoch(1); err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 250*time.Millisecond)
 	_, err := l.Next(ctx)
-	cancel()
-	if !errors.Is(err, context.DeadlineExceeded) {
+	if !errors.Is(err, context.Canceled) {
 		t.Fatalf("Next on hung storage: %v", err)
 	}
 	mu.Lock()
-	n := len(logs)
 	report := strings.Join(logs, "\n")
 	mu.Unlock()
-	if n < 2 {
-		t.Fatalf("%d watchdog reports in 250ms with a 60ms deadline", n)
-	}
 	if !strings.Contains(report, "is reading") || !strings.Contains(report, "PART_0000") {
 		t.Fatalf("report does not name the stage and file:\n%s", report)
 	}
