@@ -126,6 +126,11 @@ func (w *Writer) WriteOne(b []byte) error {
 	return w.writeOne(b, crc32.Update(0, crcTable, b))
 }
 
+// WriteOneCRC appends the next sample whose CRC-32 the caller computed
+// already (with Checksum, e.g. on another goroutine while reading it).
+// A wrong crc makes a file whose sample fails its checksum on read.
+func (w *Writer) WriteOneCRC(b []byte, crc uint32) error { return w.writeOne(b, crc) }
+
 func (w *Writer) writeOne(b []byte, crc uint32) error {
 	if w.err != nil {
 		return w.err
@@ -337,6 +342,12 @@ func NewShardedWriter(ctx context.Context, dir string, opts ShardOptions) (*Shar
 
 // Write appends the next sample.
 func (w *ShardedWriter) Write(b []byte) error {
+	return w.WriteCRC(b, crc32.Update(0, crcTable, b))
+}
+
+// WriteCRC appends the next sample whose CRC-32 the caller computed
+// already (see Writer.WriteOneCRC).
+func (w *ShardedWriter) WriteCRC(b []byte, crc uint32) error {
 	if w.err != nil {
 		return w.err
 	}
@@ -344,7 +355,7 @@ func (w *ShardedWriter) Write(b []byte) error {
 		return fmt.Errorf("ffrecord: %s: write after Close", w.display)
 	}
 	if w.plan != nil {
-		return w.writeStreaming(b)
+		return w.writeStreaming(b, crc)
 	}
 	s := int64(len(b))
 	n := int64(len(w.lens))
@@ -355,7 +366,7 @@ func (w *ShardedWriter) Write(b []byte) error {
 	}
 	w.buf = append(w.buf, b...)
 	w.lens = append(w.lens, s)
-	w.crcs = append(w.crcs, crc32.Update(0, crcTable, b))
+	w.crcs = append(w.crcs, crc)
 	w.count++
 	return nil
 }
@@ -367,7 +378,7 @@ func (w *ShardedWriter) fail(err error) error {
 	return w.err
 }
 
-func (w *ShardedWriter) writeStreaming(b []byte) error {
+func (w *ShardedWriter) writeStreaming(b []byte, crc uint32) error {
 	i := w.count
 	if i >= int64(len(w.opts.Sizes)) {
 		return w.fail(fmt.Errorf("%w: %s: sample %d is more than the %d sizes given", ErrIndex, w.display, i, len(w.opts.Sizes)))
@@ -383,7 +394,7 @@ func (w *ShardedWriter) writeStreaming(b []byte) error {
 		}
 		w.cur = cw
 	}
-	if err := w.cur.WriteOne(b); err != nil {
+	if err := w.cur.writeOne(b, crc); err != nil {
 		return w.fail(err)
 	}
 	w.count++

@@ -13,6 +13,7 @@ import (
 	iofs "io/fs"
 	"os"
 	"path/filepath"
+	"runtime/pprof"
 	"sort"
 	"strconv"
 	"strings"
@@ -39,6 +40,7 @@ type packFlags struct {
 	indexFormat string
 	align       int64
 	force       bool
+	cpuProfile  string
 }
 
 func newPackCmd() *cobra.Command {
@@ -76,6 +78,8 @@ stderr is a terminal.`,
 	c.Flags().StringVar(&f.indexFormat, "index-format", "jsonl", "sidecar index format: jsonl or csv")
 	c.Flags().Int64Var(&f.align, "align", 0, "start the data at a multiple of this many bytes (e.g. 4096, for O_DIRECT reads of page-sized samples); 0 = the reference's layout")
 	c.Flags().BoolVar(&f.force, "force", false, "replace an existing output")
+	c.Flags().StringVar(&f.cpuProfile, "cpuprofile", "", "write a CPU profile here")
+	c.Flags().MarkHidden("cpuprofile")
 	c.MarkFlagRequired("output")
 	return c
 }
@@ -119,6 +123,15 @@ func runPack(ctx context.Context, src string, f packFlags, shardSizeSet bool) er
 	if single && shardSizeSet {
 		return usagef("--shard-size applies to directory output; %s is one .ffr file", f.out)
 	}
+	if f.cpuProfile != "" {
+		pf, err := os.Create(f.cpuProfile)
+		if err != nil {
+			return err
+		}
+		defer pf.Close()
+		pprof.StartCPUProfile(pf)
+		defer pprof.StopCPUProfile()
+	}
 	format, err := packDetectFormat(src, f.format)
 	if err != nil {
 		return err
@@ -145,7 +158,7 @@ func runPack(ctx context.Context, src string, f packFlags, shardSizeSet bool) er
 
 	var res packResult
 	res.Format = format
-	var sink func([]byte) error
+	var sink func([]byte, uint32) error
 	var finish func() ([]string, error)
 	var abort func()
 	if single {
@@ -158,7 +171,7 @@ func runPack(ctx context.Context, src string, f packFlags, shardSizeSet bool) er
 		if err != nil {
 			return err
 		}
-		sink = w.WriteOne
+		sink = w.WriteOneCRC
 		finish = func() ([]string, error) { return []string{f.out}, w.Close() }
 		abort = w.Abort
 	} else {
@@ -170,14 +183,14 @@ func runPack(ctx context.Context, src string, f packFlags, shardSizeSet bool) er
 			}
 			return err
 		}
-		sink = w.Write
+		sink = w.WriteCRC
 		finish = w.Close
 		abort = w.Abort
 	}
 
 	bar := newProgress(total, "pack")
-	if err := packStream(ctx, samples, f.workers, func(b []byte) error {
-		if err := sink(b); err != nil {
+	if err := packStream(ctx, samples, f.workers, func(b []byte, crc uint32) error {
+		if err := sink(b, crc); err != nil {
 			return err
 		}
 		bar.Add64(int64(len(b)))
@@ -400,12 +413,14 @@ func packListTar(ctx context.Context, path string) ([]packSample, error) {
 }
 
 // packStream reads the samples with up to workers reads in flight and
-// hands them to sink in order. Memory is bounded by a byte budget.
-func packStream(ctx context.Context, samples []packSample, workers int, sink func([]byte) error) error {
+// hands them to sink in order, with their CRC-32 computed by the reading
+// worker (off the writer's critical path). Memory is bounded by a byte budget.
+func packStream(ctx context.Context, samples []packSample, workers int, sink func([]byte, uint32) error) error {
 	const budget = 256 << 20
 	sem := semaphore.NewWeighted(budget)
 	type item struct {
 		data []byte
+		crc  uint32
 		err  error
 		cost int64
 		done chan struct{}
@@ -436,6 +451,9 @@ func packStream(ctx context.Context, samples []packSample, workers int, sink fun
 				defer close(it.done)
 				it.data = packGetBuf(s.size)
 				it.err = files.readAt(s, it.data)
+				if it.err == nil {
+					it.crc = ffrecord.Checksum(it.data)
+				}
 				return nil
 			})
 		}
@@ -451,7 +469,7 @@ func packStream(ctx context.Context, samples []packSample, workers int, sink fun
 			if it.err != nil {
 				return it.err
 			}
-			err := sink(it.data)
+			err := sink(it.data, it.crc)
 			packPutBuf(it.data)
 			sem.Release(it.cost)
 			if err != nil {
