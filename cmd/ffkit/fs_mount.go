@@ -10,6 +10,7 @@ import (
 
 	"github.com/ffkit/ffkit/bench"
 	"github.com/ffkit/ffkit/fs"
+	_ "github.com/ffkit/ffkit/fs/clusterfs" // ffkit:// sources
 	"github.com/ffkit/ffkit/fs/fuse"
 )
 
