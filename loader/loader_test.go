@@ -18,6 +18,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/ffkit/ffkit/ffrecord"
 	"github.com/ffkit/ffkit/internal/errkind"
 )
@@ -762,5 +764,31 @@ func TestOptionsFromJSON(t *testing.T) {
 	}
 	if err := json.Unmarshal([]byte(`{"bad_samples": "ignore"}`), &o); err == nil {
 		t.Fatal("unknown policy accepted")
+	}
+}
+
+func TestPrometheusCollector(t *testing.T) {
+	dir := makeDataset(t, t.TempDir(), "a", 100, 1)
+	l := mustOpen(t, []string{dir}, Options{BatchSize: 10, Rank: 0})
+	drain(t, l, -1)
+	reg := prometheus.NewRegistry()
+	if err := reg.Register(l.Collector()); err != nil {
+		t.Fatal(err)
+	}
+	fams, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]float64{}
+	for _, f := range fams {
+		m := f.GetMetric()[0]
+		if m.GetCounter() != nil {
+			got[f.GetName()] = m.GetCounter().GetValue()
+		} else {
+			got[f.GetName()] = m.GetGauge().GetValue()
+		}
+	}
+	if got["ffkit_loader_samples_total"] != 100 || got["ffkit_loader_batches_total"] != 10 || got["ffkit_loader_memory_budget_bytes"] != DefaultMemoryBudget {
+		t.Fatalf("metrics %v", got)
 	}
 }
