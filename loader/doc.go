@@ -133,6 +133,11 @@
 // holds it up (waiting for the memory budget, reading which files,
 // transforming) and, with FailOnStall, returns ErrStalled.
 //
+// Stats reports samples/s, bytes/s, time to first batch, the time the
+// consumer waited in Next, the time spent reading and transforming, memory
+// held and its peak, skipped samples and watchdog reports; Collector
+// exposes them as Prometheus metrics.
+//
 // Close cancels the pipeline, waits for every goroutine it started and
 // closes the files it opened; it may be called at any time, also while
 // Next waits in another goroutine (Next then returns ErrClosed).
