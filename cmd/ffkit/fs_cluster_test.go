@@ -1,0 +1,236 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+var (
+	clusterBinOnce sync.Once
+	clusterBin     string
+	clusterBinErr  error
+)
+
+// clusterBinary builds ffkit once for the cluster tests.
+func clusterBinary(t *testing.T) string {
+	t.Helper()
+	clusterBinOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "ffkit-cluster-bin")
+		if err != nil {
+			clusterBinErr = err
+			return
+		}
+		clusterBin = filepath.Join(dir, "ffkit")
+		if out, err := exec.Command("go", "build", "-o", clusterBin, ".").CombinedOutput(); err != nil {
+			clusterBinErr = fmt.Errorf("build: %v\n%s", err, out)
+		}
+	})
+	if clusterBinErr != nil {
+		t.Fatal(clusterBinErr)
+	}
+	return clusterBin
+}
+
+// upCluster is a running `ffkit fs up`.
+type upCluster struct {
+	cmd  *exec.Cmd
+	url  string
+	pids map[string]int
+	env  []string
+	done chan error
+}
+
+// startUp runs `ffkit fs up` with short timers and a private HOME (so the
+// token file is the test's own) and waits for its URL line.
+func startUp(t *testing.T, dir string) *upCluster {
+	t.Helper()
+	home := t.TempDir()
+	env := append(os.Environ(), "HOME="+home, "XDG_CONFIG_HOME="+filepath.Join(home, ".config"), "FFKIT_TOKEN=")
+	cmd := exec.Command(clusterBinary(t), "fs", "up", "--dir", dir, "--heartbeat", "200ms", "--fail-timeout", "1500ms", "--chunk-size", "1MiB")
+	cmd.Env = env
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	u := &upCluster{cmd: cmd, pids: map[string]int{}, env: env, done: make(chan error, 1)}
+	lines := make(chan string, 16)
+	go func() {
+		sc := bufio.NewScanner(out)
+		for sc.Scan() {
+			lines <- sc.Text()
+		}
+		close(lines)
+		u.done <- cmd.Wait()
+	}()
+	t.Cleanup(func() { u.stop(t) })
+	timeout := time.After(90 * time.Second)
+	for {
+		select {
+		case l, ok := <-lines:
+			if !ok {
+				t.Fatalf("fs up exited before it was ready: %s", stderr.String())
+			}
+			if strings.HasPrefix(l, "ffkit://") {
+				u.url = l
+			} else if f := strings.Fields(l); len(f) == 3 && f[0] == "pid" {
+				u.pids[f[1]], _ = strconv.Atoi(f[2])
+			}
+			if u.url != "" && u.pids["storage-3"] != 0 {
+				return u
+			}
+		case <-timeout:
+			t.Fatalf("fs up not ready within 90s: %s", stderr.String())
+		}
+	}
+}
+
+func (u *upCluster) stop(t *testing.T) {
+	if u.cmd.Process == nil || u.cmd.ProcessState != nil {
+		return
+	}
+	u.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-u.done:
+	case <-time.After(30 * time.Second):
+		u.cmd.Process.Kill()
+		<-u.done
+	}
+}
+
+// run runs ffkit with the cluster's environment and returns stdout and the exit code.
+func (u *upCluster) run(t *testing.T, args ...string) (string, int) {
+	t.Helper()
+	cmd := exec.Command(clusterBinary(t), args...)
+	cmd.Env = u.env
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err := cmd.Run()
+	code := 0
+	if ee, ok := err.(*exec.ExitError); ok {
+		code = ee.ExitCode()
+	} else if err != nil {
+		t.Fatal(err)
+	}
+	if code != 0 {
+		t.Logf("ffkit %s: exit %d: %s", strings.Join(args, " "), code, stderr.String())
+	}
+	return stdout.String(), code
+}
+
+func (u *upCluster) must(t *testing.T, args ...string) string {
+	t.Helper()
+	out, code := u.run(t, args...)
+	if code != 0 {
+		t.Fatalf("ffkit %s: exit %d", strings.Join(args, " "), code)
+	}
+	return out
+}
+
+// End to end on real processes: the file commands on ffkit:// paths, then a
+// dataset packed onto the cluster, a storage process killed with SIGKILL,
+// and the dataset verified and loaded to the end with every checksum good.
+func TestClusterEndToEnd(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a cluster of processes")
+	}
+	u := startUp(t, t.TempDir())
+	U := u.url
+
+	// File commands.
+	src := t.TempDir()
+	os.MkdirAll(filepath.Join(src, "tree", "sub"), 0o755)
+	big := make([]byte, 3<<20+123)
+	for i := range big {
+		big[i] = byte(rand.Uint32())
+	}
+	os.WriteFile(filepath.Join(src, "tree", "big.bin"), big, 0o644)
+	os.WriteFile(filepath.Join(src, "tree", "sub", "small.txt"), []byte("hello\n"), 0o644)
+	u.must(t, "fs", "mkdir", U+"/up")
+	u.must(t, "fs", "put", filepath.Join(src, "tree"), U+"/up")
+	var rows []fileRow
+	if err := json.Unmarshal([]byte(u.must(t, "--json", "fs", "ls", U+"/up/tree")), &rows); err != nil {
+		t.Fatal(err)
+	}
+	if len(rows) != 2 || rows[0].Name != "big.bin" || rows[0].Size != int64(len(big)) || !rows[1].IsDir {
+		t.Fatalf("ls: %+v", rows)
+	}
+	if _, code := u.run(t, "fs", "stat", U+"/up/missing"); code != 1 {
+		t.Fatalf("stat of a missing path exited %d, want 1", code)
+	}
+	dst := t.TempDir()
+	u.must(t, "fs", "get", U+"/up/tree", dst)
+	if got, _ := os.ReadFile(filepath.Join(dst, "tree", "big.bin")); !bytes.Equal(got, big) {
+		t.Fatal("get: big.bin differs")
+	}
+	if got, _ := os.ReadFile(filepath.Join(dst, "tree", "sub", "small.txt")); string(got) != "hello\n" {
+		t.Fatalf("get: small.txt = %q", got)
+	}
+	u.must(t, "fs", "mv", U+"/up/tree/big.bin", U+"/up/moved.bin")
+	if _, code := u.run(t, "fs", "rm", U+"/up/tree"); code == 0 {
+		t.Fatal("rm of a non-empty directory succeeded")
+	}
+	u.must(t, "fs", "rm", "-r", U+"/up/tree")
+	var df dfReport
+	if err := json.Unmarshal([]byte(u.must(t, "--json", "fs", "df", U)), &df); err != nil {
+		t.Fatal(err)
+	}
+	if df.Files != 1 || df.Bytes != int64(len(big)) || df.Stored != 3*int64(len(big)) || len(df.Targets) != 6 {
+		t.Fatalf("df: %+v", df)
+	}
+
+	// A dataset on the cluster.
+	samples := t.TempDir()
+	rng := rand.New(rand.NewPCG(7, 7))
+	for i := 0; i < 1500; i++ {
+		b := make([]byte, 500+rng.IntN(8000))
+		for j := range b {
+			b[j] = byte(rng.Uint32())
+		}
+		os.WriteFile(filepath.Join(samples, fmt.Sprintf("s%05d.bin", i)), b, 0o644)
+	}
+	u.must(t, "pack", samples, "-o", U+"/ds", "--shard-size", "2M")
+	u.must(t, "verify", U+"/ds")
+
+	// Kill a storage process; the data is still all there and good.
+	if err := syscall.Kill(u.pids["storage-2"], syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	out := u.must(t, "verify", U+"/ds")
+	if !strings.Contains(out, "1500 samples") {
+		t.Fatalf("verify after the kill: %s", out)
+	}
+	var load struct {
+		Samples int64 `json:"samples"`
+	}
+	lo := u.must(t, "--json", "load", U+"/ds", "--batch-size", "64", "--shuffle", "--seed", "3")
+	if err := json.Unmarshal([]byte(lo), &load); err != nil {
+		t.Fatalf("load --json: %v: %s", err, lo)
+	}
+	if load.Samples != 1500 {
+		t.Fatalf("load delivered %d samples, want 1500: %s", load.Samples, lo)
+	}
+	// Writes go on too: the cluster reconfigured around the dead process.
+	u.must(t, "fs", "put", filepath.Join(src, "tree", "big.bin"), U+"/after-kill.bin")
+	got := filepath.Join(t.TempDir(), "back.bin")
+	u.must(t, "fs", "get", U+"/after-kill.bin", got)
+	if b, _ := os.ReadFile(got); !bytes.Equal(b, big) {
+		t.Fatal("a file written after the kill reads back different")
+	}
+}
