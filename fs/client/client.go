@@ -236,19 +236,24 @@ func (c *Client) retry(ctx context.Context, what string, attempt func(ctx contex
 
 // call sends one request to a storage node.
 func (c *Client) call(ctx context.Context, r *proto.Routing, node proto.NodeID, method uint16, req any, data [][]byte, resp any) ([]byte, error) {
+	out, _, err := c.callRelease(ctx, r, node, method, req, data, resp)
+	return out, err
+}
+
+func (c *Client) callRelease(ctx context.Context, r *proto.Routing, node proto.NodeID, method uint16, req any, data [][]byte, resp any) ([]byte, func(), error) {
 	addr := r.NodeAddr(node)
 	if addr == "" {
-		return nil, fmt.Errorf("%w: node %d has no address", proto.ErrTargetOffline, node)
+		return nil, nil, fmt.Errorf("%w: node %d has no address", proto.ErrTargetOffline, node)
 	}
 	conn, err := c.pool.Get(ctx, addr)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	out, err := conn.Call(ctx, method, req, data, resp)
+	out, release, err := conn.CallRelease(ctx, method, req, data, resp)
 	if err != nil && errors.Is(err, context.DeadlineExceeded) {
 		c.pool.Drop(addr) // maybe partitioned or stuck: dial afresh next time
 	}
-	return out, err
+	return out, release, err
 }
 
 func (c *Client) chain(r *proto.Routing, id ChainID) (*proto.Chain, error) {
@@ -510,7 +515,10 @@ func (c *Client) readAttempt(ctx context.Context, r *proto.Routing, reads []Chun
 
 func (c *Client) readBatch(ctx context.Context, r *proto.Routing, reads []ChunkRead, b *batch) error {
 	var resp proto.BatchReadResp
-	data, err := c.call(ctx, r, b.node, proto.MBatchRead, proto.BatchReadReq{IOs: b.ios}, nil, &resp)
+	data, release, err := c.callRelease(ctx, r, b.node, proto.MBatchRead, proto.BatchReadReq{IOs: b.ios}, nil, &resp)
+	if err == nil {
+		defer release() // the bytes are copied into the callers' buffers below
+	}
 	if err != nil {
 		for i, sp := range b.spans {
 			sp.failed[b.ios[i].Target] = true

@@ -3,12 +3,14 @@ package client
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"path/filepath"
 	"testing"
 	"time"
 
+	"github.com/ffkit/ffkit/fs"
 	"github.com/ffkit/ffkit/fs/kv/memkv"
 	"github.com/ffkit/ffkit/fs/mgmtd"
 	"github.com/ffkit/ffkit/fs/proto"
@@ -23,11 +25,15 @@ type inproc struct {
 }
 
 func startStorage(t *testing.T, dir string, node int, maddr string) *storage.Service {
+	return startStorageVFS(t, dir, node, maddr, nil)
+}
+
+func startStorageVFS(t *testing.T, dir string, node int, maddr string, vfs storage.VFS) *storage.Service {
 	var tcs []storage.TargetConfig
 	for i := 1; i <= 2; i++ {
 		tcs = append(tcs, storage.TargetConfig{ID: proto.TargetID(node*100 + i), Dir: filepath.Join(dir, fmt.Sprintf("s%d/t%d", node, i))})
 	}
-	s, err := storage.Start(storage.Config{Node: proto.NodeID(node), Targets: tcs, Mgmtd: []string{maddr}, Token: "tok",
+	s, err := storage.Start(storage.Config{Node: proto.NodeID(node), Targets: tcs, Mgmtd: []string{maddr}, Token: "tok", VFS: vfs,
 		Logf: func(f string, a ...any) { t.Logf(f, a...) }})
 	if err != nil {
 		t.Fatal(err)
@@ -157,4 +163,63 @@ func TestInprocWriteReadFailover(t *testing.T) {
 	waitServing(t, c.m, 10*time.Second)
 	check()
 	t.Logf("routing: %+v", c.m.Routing().Chains)
+}
+
+// TestInprocFullDisk: a full disk on one replica fails writes on its
+// chains with fs.ErrNoSpace at once (no retry loop), corrupts nothing, and
+// writes work again once space is back.
+func TestInprocFullDisk(t *testing.T) {
+	c := startInproc(t)
+	ctx := context.Background()
+	full := &storage.FaultVFS{VFS: storage.OS{}}
+	c.storages[2].Close()
+	c.storages[2] = startStorageVFS(t, c.dir, 3, c.m.Addr(), full)
+	deadline := time.Now().Add(10 * time.Second)
+	for !c.m.Ready() || c.m.Routing().Chain(1).Version < 4 {
+		if time.Now().After(deadline) {
+			t.Fatalf("restarted node not back: %v", c.m.Routing().Chains)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	cl, err := Dial(ctx, []string{c.m.Addr()}, Options{Token: "tok", RetryTimeout: 10 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	id := ChunkID{Inode: 1}
+	if err := cl.WriteChunk(ctx, 1, id, 0, []byte("before")); err != nil {
+		t.Fatal(err)
+	}
+	full.NoSpace.Store(true)
+	start := time.Now()
+	err = cl.WriteChunk(ctx, 1, id, 0, []byte("during"))
+	if !errors.Is(err, fs.ErrNoSpace) {
+		t.Fatalf("want fs.ErrNoSpace, got %v", err)
+	}
+	if time.Since(start) > 5*time.Second {
+		t.Fatalf("full disk error took %v (retried?)", time.Since(start))
+	}
+	t.Logf("full disk: %v", err)
+	full.NoSpace.Store(false)
+	// The failed write left the chain consistent: the head re-drives or
+	// the next write replaces its pending version.
+	if err := cl.WriteChunk(ctx, 1, id, 0, []byte("after!")); err != nil {
+		t.Fatal(err)
+	}
+	rd := []ChunkRead{{Chain: 1, Chunk: id, Buf: make([]byte, 6)}}
+	if err := cl.ReadChunks(ctx, rd); err != nil || string(rd[0].Buf) != "after!" {
+		t.Fatalf("read: %v %q", err, rd[0].Buf)
+	}
+	ch := cl.Routing().Chain(1)
+	var ref []proto.ChunkMeta
+	for i, tg := range ch.Readable() {
+		m, err := cl.ReplicaChunks(ctx, 1, tg.ID, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if i > 0 && fmt.Sprint(m) != fmt.Sprint(ref) {
+			t.Fatalf("replicas differ: %v vs %v", ref, m)
+		}
+		ref = m
+	}
 }

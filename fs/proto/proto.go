@@ -59,8 +59,9 @@ func ParseChunkID(s string) (ChunkID, error) {
 const MaxChunkSize = 64 << 20
 
 // BlockSize is the checksum granularity inside a chunk: a read verifies the
-// CRC32C of each block it touches, not of the whole chunk.
-const BlockSize = 64 << 10
+// CRC32C of each block it touches, not of the whole chunk. 4 KiB keeps a
+// small random read from reading (and checksumming) more than it asked.
+const BlockSize = 4 << 10
 
 // DefaultChunkSize is the chunk size mgmtd announces unless told otherwise.
 const DefaultChunkSize = 4 << 20

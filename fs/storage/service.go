@@ -374,7 +374,7 @@ func (s *Service) dispatch(ctx context.Context, req *transport.Request) (any, []
 		if err := req.Decode(&b); err != nil {
 			return nil, nil, err
 		}
-		return s.handleRead(&b)
+		return s.handleRead(req, &b)
 	case proto.MSyncStart, proto.MSyncDone:
 		var sr proto.SyncReq
 		if err := req.Decode(&sr); err != nil {
@@ -486,6 +486,12 @@ func (s *Service) applyChain(ctx context.Context, ts *tstate, chain proto.ChainI
 		return nil, err
 	}
 	if err := s.forward(ctx, ts, chain, id, nv, u, tag); err != nil {
+		if errors.Is(err, proto.ErrNoSpace) || errors.Is(err, proto.ErrBadRequest) {
+			// Refused for good further down the chain, before any commit:
+			// the update did not happen, so its pending version goes too
+			// (each hop drops its own as the error travels back).
+			ts.dropPending(id, c)
+		}
 		return nil, err
 	}
 	if _, err := ts.commit(id, c); err != nil {
@@ -662,7 +668,7 @@ func (s *Service) handleUpdate(ctx context.Context, u *proto.UpdateReq, data []b
 	return s.chunkResp(ts, c), nil
 }
 
-func (s *Service) handleRead(b *proto.BatchReadReq) (any, [][]byte, error) {
+func (s *Service) handleRead(req *transport.Request, b *proto.BatchReadReq) (any, [][]byte, error) {
 	resp := proto.BatchReadResp{Results: make([]proto.ReadResult, len(b.IOs))}
 	data := make([][]byte, 0, len(b.IOs))
 	for i, io := range b.IOs {
@@ -673,6 +679,9 @@ func (s *Service) handleRead(b *proto.BatchReadReq) (any, [][]byte, error) {
 		}
 		resp.Results[i].N = int64(len(buf))
 		data = append(data, buf)
+		if cap(buf) > 0 {
+			req.AfterReply(func() { transport.PutBuffer(buf[:cap(buf)]) })
+		}
 	}
 	return resp, data, nil
 }

@@ -11,10 +11,12 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
 	"github.com/ffkit/ffkit/fs/proto"
+	"github.com/ffkit/ffkit/fs/transport"
 )
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
@@ -31,14 +33,15 @@ func crc32c(b []byte) uint32 { return crc32.Checksum(b, castagnoli) }
 //	36  4  number of blocks n
 //	40  4  CRC32C of bytes 0..40 and the n block CRCs
 //	44  4n CRC32C of each BlockSize block of data (the last may be short)
-//	... zero padding to HeaderSize
-//	HeaderSize: data
+//	... a hole up to HeaderSize (only 44+4n bytes are written)
+//	HeaderSize: data (4 KiB aligned)
 //
 // Files are named <chunk id>.<version> when committed and
 // <chunk id>.<version>.p while pending.
 const (
-	HeaderSize   = 8192
+	HeaderSize   = 68 << 10
 	maxBlocks    = (HeaderSize - 44) / 4
+	fixedHeader  = 44
 	flagRemoved  = 1
 	pendingSufix = ".p"
 )
@@ -80,7 +83,7 @@ func (v *version) checksum() uint32 {
 }
 
 func encodeHeader(v *version) []byte {
-	h := make([]byte, HeaderSize)
+	h := make([]byte, fixedHeader+4*len(v.crcs))
 	copy(h, chunkMagic)
 	binary.BigEndian.PutUint64(h[8:], v.ver)
 	binary.BigEndian.PutUint64(h[16:], v.chainVer)
@@ -98,12 +101,12 @@ func encodeHeader(v *version) []byte {
 }
 
 func decodeHeader(h []byte) (*version, error) {
-	if len(h) < HeaderSize || !bytes.Equal(h[:8], chunkMagic) {
+	if len(h) < fixedHeader || !bytes.Equal(h[:8], chunkMagic) {
 		return nil, errors.New("bad magic")
 	}
 	n := binary.BigEndian.Uint32(h[36:])
-	if n > maxBlocks {
-		return nil, fmt.Errorf("%d blocks", n)
+	if n > maxBlocks || len(h) < fixedHeader+4*int(n) {
+		return nil, fmt.Errorf("%d blocks in a %d-byte header", n, len(h))
 	}
 	sum := crc32.Update(crc32c(h[:40]), castagnoli, h[44:44+4*n])
 	if sum != binary.BigEndian.Uint32(h[40:]) {
@@ -138,7 +141,23 @@ type chunk struct {
 	committed    *version // nil: never written (or dropped)
 	pending      *version // nil: none; else pending.ver == commitVer()+1 or a full replace
 	pendingSince time.Time
-	corrupt      bool // a read found a block checksum mismatch
+	corrupt      bool     // a read found a block checksum mismatch
+	file         *fileRef // open handle of the committed version, or nil
+}
+
+// fileRef is a shared open handle of a committed chunk file: the chunk
+// holds one reference while the version is current, each read one more.
+type fileRef struct {
+	f    File
+	ver  uint64
+	refs atomic.Int32
+}
+
+func (r *fileRef) release(t *Target) {
+	if r.refs.Add(-1) == 0 {
+		r.f.Close()
+		t.openFiles.Add(-1)
+	}
 }
 
 func (c *chunk) commitVer() uint64 {
@@ -157,7 +176,13 @@ type Target struct {
 	mu     sync.Mutex
 	chunks map[proto.ChunkID]*chunk // guarded by mu
 	used   int64                    // bytes of committed data; guarded by mu
+
+	openFiles atomic.Int64 // cached open chunk files (bounded by maxOpenFiles)
+	dirSync   groupSync    // batches directory fsyncs of concurrent commits
 }
+
+// maxOpenFiles bounds the open chunk files a target caches for reads.
+const maxOpenFiles = 2048
 
 // ErrCorruptFile marks a chunk file whose header does not verify.
 var errCorruptFile = errors.New("storage: corrupt chunk file")
@@ -261,9 +286,15 @@ func (t *Target) readHeader(p string) (*version, error) {
 		return nil, err
 	}
 	defer f.Close()
-	h := make([]byte, HeaderSize)
-	if n, err := f.ReadAt(h, 0); n < HeaderSize {
+	h := make([]byte, fixedHeader)
+	if n, err := f.ReadAt(h, 0); n < fixedHeader {
 		return nil, fmt.Errorf("%w: %s: short header: %v", errCorruptFile, p, err)
+	}
+	if n := binary.BigEndian.Uint32(h[36:]); n <= maxBlocks {
+		h = append(h, make([]byte, 4*n)...)
+		if k, err := f.ReadAt(h[fixedHeader:], fixedHeader); k < 4*int(n) {
+			return nil, fmt.Errorf("%w: %s: short header: %v", errCorruptFile, p, err)
+		}
 	}
 	v, err := decodeHeader(h)
 	if err != nil {
@@ -500,11 +531,15 @@ func (t *Target) commit(id proto.ChunkID, c *chunk) (*version, error) {
 	if err := t.vfs.Rename(t.path(id, nv.ver, true), t.path(id, nv.ver, false)); err != nil {
 		return nil, t.ioErr("commit", t.path(id, nv.ver, true), err)
 	}
-	if err := t.vfs.SyncDir(t.chunkDir()); err != nil {
+	if err := t.dirSync.sync(func() error { return t.vfs.SyncDir(t.chunkDir()) }); err != nil {
 		return nil, t.ioErr("fsync dir", t.chunkDir(), err)
 	}
 	t.mu.Lock()
 	c.committed, c.pending, c.corrupt = nv, nil, false
+	if c.file != nil {
+		c.file.release(t)
+		c.file = nil
+	}
 	if old != nil {
 		t.used -= old.length
 	}
@@ -553,8 +588,7 @@ func (t *Target) readCommitted(id proto.ChunkID, off, n int64, allowPending bool
 	end := min(off+n, v.length)
 	lo := off / proto.BlockSize * proto.BlockSize
 	hi := min((end+proto.BlockSize-1)/proto.BlockSize*proto.BlockSize, v.length)
-	buf := make([]byte, hi-lo)
-	f, err := t.vfs.Open(t.path(id, v.ver, false))
+	ref, err := t.openCommitted(id, c, v)
 	if err != nil {
 		// Replaced by a newer commit since we looked: read that one.
 		t.mu.Lock()
@@ -565,14 +599,17 @@ func (t *Target) readCommitted(id proto.ChunkID, off, n int64, allowPending bool
 		}
 		return nil, v, t.ioErr("open", t.path(id, v.ver, false), err)
 	}
-	defer f.Close()
-	if k, err := f.ReadAt(buf, HeaderSize+lo); int64(k) < hi-lo {
+	defer ref.release(t)
+	buf := transport.GetBuffer(int(hi - lo))
+	if k, err := ref.f.ReadAt(buf, HeaderSize+lo); int64(k) < hi-lo {
+		transport.PutBuffer(buf)
 		return nil, v, t.ioErr("read", t.path(id, v.ver, false), fmt.Errorf("short read %d of %d: %v", k, hi-lo, err))
 	}
 	for b := lo / proto.BlockSize; b*proto.BlockSize < hi; b++ {
 		s := b*proto.BlockSize - lo
 		e := min(s+proto.BlockSize, hi-lo)
 		if crc32c(buf[s:e]) != v.crcs[b] {
+			transport.PutBuffer(buf)
 			t.mu.Lock()
 			if c.committed == v {
 				c.corrupt = true
@@ -582,6 +619,70 @@ func (t *Target) readCommitted(id proto.ChunkID, off, n int64, allowPending bool
 		}
 	}
 	return buf[off-lo : end-lo], v, nil
+}
+
+// openCommitted returns a referenced handle of version v's file, cached
+// on the chunk while v is current (the caller releases it).
+func (t *Target) openCommitted(id proto.ChunkID, c *chunk, v *version) (*fileRef, error) {
+	t.mu.Lock()
+	if r := c.file; r != nil && r.ver == v.ver {
+		r.refs.Add(1)
+		t.mu.Unlock()
+		return r, nil
+	}
+	t.mu.Unlock()
+	f, err := t.vfs.Open(t.path(id, v.ver, false))
+	if err != nil {
+		return nil, err
+	}
+	r := &fileRef{f: f, ver: v.ver}
+	r.refs.Store(1) // the caller's
+	t.openFiles.Add(1)
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if c.committed == v && c.file == nil && t.openFiles.Load() <= maxOpenFiles {
+		r.refs.Add(1) // the chunk's
+		c.file = r
+	}
+	return r, nil
+}
+
+// groupSync runs one fsync for every caller that arrived before it
+// started: commits that race share a directory fsync.
+type groupSync struct {
+	mu      sync.Mutex
+	cond    *sync.Cond
+	issued  uint64 // tickets handed out; guarded by mu
+	done    uint64 // every ticket <= done is durable; guarded by mu
+	running bool   // guarded by mu
+}
+
+func (g *groupSync) sync(fsync func() error) error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.cond == nil {
+		g.cond = sync.NewCond(&g.mu)
+	}
+	g.issued++
+	ticket := g.issued
+	for g.done < ticket {
+		if g.running {
+			g.cond.Wait()
+			continue
+		}
+		g.running = true
+		covers := g.issued // everything issued so far was renamed before now
+		g.mu.Unlock()
+		err := fsync()
+		g.mu.Lock()
+		g.running = false
+		g.cond.Broadcast()
+		if err != nil {
+			return err
+		}
+		g.done = max(g.done, covers)
+	}
+	return nil
 }
 
 func equalU32(a, b []uint32) bool {

@@ -60,7 +60,7 @@ func (p *proc) kill() {
 
 // cluster is mgmtd + storage processes; nodes 1..n, 2 targets each.
 type cluster struct {
-	t         *testing.T
+	t         testing.TB
 	dir       string
 	tokenFile string
 	token     string
@@ -72,7 +72,7 @@ type cluster struct {
 	cl        *client.Client
 }
 
-func newCluster(t *testing.T, n int) *cluster {
+func newCluster(t testing.TB, n int) *cluster {
 	t.Helper()
 	c := &cluster{t: t, dir: t.TempDir(), storage: map[int]*proc{}, n: n}
 	c.tokenFile = filepath.Join(c.dir, "token")

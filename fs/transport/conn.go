@@ -145,6 +145,7 @@ func (c *Conn) readLoop(br *bufio.Reader) {
 			return
 		}
 		if c.opts.Faults != nil && c.opts.Faults.Blocked(c.peer, c.opts.Name) {
+			f.Release()
 			continue // dropped on the wire
 		}
 		c.mu.Lock()
@@ -153,6 +154,8 @@ func (c *Conn) readLoop(br *bufio.Reader) {
 		c.mu.Unlock()
 		if ch != nil {
 			ch <- reply{f: f}
+		} else {
+			f.Release() // the caller gave up
 		}
 	}
 }
@@ -162,16 +165,23 @@ func (c *Conn) readLoop(br *bufio.Reader) {
 // reply's data, which belongs to the caller. A remote error comes back as
 // *RemoteError.
 func (c *Conn) Call(ctx context.Context, method uint16, req any, data [][]byte, resp any) ([]byte, error) {
+	out, _, err := c.CallRelease(ctx, method, req, data, resp)
+	return out, err
+}
+
+// CallRelease is Call, returning also a function that recycles the reply's
+// buffer once the caller is done with the data (calling it is optional).
+func (c *Conn) CallRelease(ctx context.Context, method uint16, req any, data [][]byte, resp any) ([]byte, func(), error) {
 	hdr, err := json.Marshal(req)
 	if err != nil {
-		return nil, fmt.Errorf("transport: encode request: %w", err)
+		return nil, nil, fmt.Errorf("transport: encode request: %w", err)
 	}
 	ch := make(chan reply, 1)
 	c.mu.Lock()
 	if c.err != nil {
 		err := c.err
 		c.mu.Unlock()
-		return nil, err
+		return nil, nil, err
 	}
 	c.nextID++
 	id := c.nextID
@@ -186,27 +196,34 @@ func (c *Conn) Call(ctx context.Context, method uint16, req any, data [][]byte, 
 	select {
 	case r := <-ch:
 		if r.err != nil {
-			return nil, r.err
+			return nil, nil, r.err
 		}
-		if r.f.Type == TError {
+		f := r.f
+		if f.Type == TError {
+			defer f.Release()
 			re := &RemoteError{Peer: c.peer}
-			if err := json.Unmarshal(r.f.Header, re); err != nil {
-				return nil, fmt.Errorf("transport: bad error reply from %s: %w", c.addr, err)
+			if err := json.Unmarshal(f.Header, re); err != nil {
+				return nil, nil, fmt.Errorf("transport: bad error reply from %s: %w", c.addr, err)
 			}
 			re.Peer = c.peer
-			return nil, re
+			return nil, nil, re
 		}
 		if resp != nil {
-			if err := json.Unmarshal(r.f.Header, resp); err != nil {
-				return nil, fmt.Errorf("transport: bad reply from %s: %w", c.addr, err)
+			if err := json.Unmarshal(f.Header, resp); err != nil {
+				f.Release()
+				return nil, nil, fmt.Errorf("transport: bad reply from %s: %w", c.addr, err)
 			}
 		}
-		return r.f.Data, nil
+		if len(f.Data) == 0 {
+			f.Release()
+			return nil, func() {}, nil
+		}
+		return f.Data, f.Release, nil
 	case <-ctx.Done():
 		c.mu.Lock()
 		delete(c.calls, id)
 		c.mu.Unlock()
-		return nil, fmt.Errorf("transport: call %d to %s (%s): %w", method, c.peer, c.addr, ctx.Err())
+		return nil, nil, fmt.Errorf("transport: call %d to %s (%s): %w", method, c.peer, c.addr, ctx.Err())
 	}
 }
 

@@ -28,6 +28,7 @@ var ErrFrame = errkind.New(errkind.Data, "transport: bad frame")
 // Frame is one decoded frame. Header and Data point into one buffer that
 // belongs to the receiver.
 type Frame struct {
+	buf    []byte // the pooled buffer Header and Data point into
 	ID     uint64
 	Type   byte
 	Method uint16
@@ -65,14 +66,29 @@ func ReadFrame(r io.Reader, max int) (Frame, error) {
 	if n < fixedLen || uint64(n) > uint64(max) {
 		return Frame{}, fmt.Errorf("%w: length %d outside [%d, %d]", ErrFrame, n, fixedLen, max)
 	}
-	buf := make([]byte, n)
+	buf := GetBuffer(int(n))
 	if _, err := io.ReadFull(r, buf); err != nil {
+		PutBuffer(buf)
 		if err == io.EOF {
 			err = io.ErrUnexpectedEOF
 		}
 		return Frame{}, fmt.Errorf("transport: frame of %d bytes cut short: %w", n, err)
 	}
-	return decodeBody(buf)
+	f, err := decodeBody(buf)
+	if err != nil {
+		PutBuffer(buf)
+		return f, err
+	}
+	f.buf = buf
+	return f, nil
+}
+
+// Release recycles the frame's buffer; Header and Data are invalid after.
+func (f *Frame) Release() {
+	if f.buf != nil {
+		PutBuffer(f.buf)
+		f.buf = nil
+	}
 }
 
 // DecodeFrame decodes one complete frame held in b (prefix included).

@@ -18,7 +18,15 @@ type Request struct {
 	Header []byte
 	Data   []byte
 	Peer   string // the caller's name
+
+	after []func() // run once the reply is written
 }
+
+// AfterReply registers f to run once the reply has been written (or
+// dropped): the place to recycle buffers the reply's data points into.
+// Request data itself is recycled after that too: a handler may send it
+// back in its reply but must not keep it.
+func (r *Request) AfterReply(f func()) { r.after = append(r.after, f) }
 
 // Decode unmarshals the JSON header into v.
 func (r *Request) Decode(v any) error {
@@ -158,6 +166,7 @@ func (s *Server) serveConn(nc net.Conn) {
 			return
 		}
 		if s.opts.Faults != nil && s.opts.Faults.Blocked(peer, s.opts.Name) {
+			f.Release()
 			continue
 		}
 		select {
@@ -170,6 +179,12 @@ func (s *Server) serveConn(nc net.Conn) {
 			defer wg.Done()
 			defer func() { <-sem }()
 			req := &Request{Method: f.Method, Header: f.Header, Data: f.Data, Peer: peer}
+			defer func() {
+				for _, a := range req.after {
+					a()
+				}
+				f.Release()
+			}()
 			resp, data, err := s.handler(s.ctx, req)
 			var hdr []byte
 			typ := byte(TReply)

@@ -1,0 +1,236 @@
+package systest
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"golang.org/x/sync/errgroup"
+	"golang.org/x/sys/unix"
+
+	"github.com/ffkit/ffkit/fs/client"
+)
+
+// BenchmarkDataPlane measures, on one machine with 3 storage processes and
+// 3 replicas, in one run:
+//   - large sequential reads through the client vs the lesser of a plain
+//     TCP loopback copy and the disk's sequential read (warm: page cache;
+//     cold: page cache dropped for the files with fadvise DONTNEED);
+//   - large writes vs the local disk's sequential write (fsync at end);
+//   - batched 4 KiB random reads: IOPS and CPU time per IO (all processes).
+//
+// Run: go test -run XXX -bench DataPlane -benchtime 1x ./fs/systest
+// FFKIT_BENCH_MB sets the data size (default 256).
+func BenchmarkDataPlane(b *testing.B) {
+	mb := 256
+	if v, err := strconv.Atoi(os.Getenv("FFKIT_BENCH_MB")); err == nil && v > 0 {
+		mb = v
+	}
+	size := int64(mb) << 20
+	for i := 0; i < b.N; i++ {
+		runDataPlaneBench(b, size)
+	}
+}
+
+func runDataPlaneBench(b *testing.B, size int64) {
+	c := newCluster(b, 3)
+	ctx := context.Background()
+	const chunk = 4 << 20
+	nChunks := int(size / chunk)
+	chains := c.cl.Chains()
+	report := func(name string, ours, base float64, unit, baseName, _ string) {
+		fmt.Printf("%-34s %10.1f %-6s  baseline %-28s %10.1f %-6s  ratio %.2fx\n", name, ours, unit, baseName, base, unit, ours/base)
+	}
+
+	// Baselines: disk sequential write and read, TCP loopback copy.
+	diskFile := filepath.Join(c.dir, "baseline.dat")
+	buf := make([]byte, 1<<20)
+	for i := range buf {
+		buf[i] = byte(rand.Uint32())
+	}
+	start := time.Now()
+	f, err := os.Create(diskFile)
+	if err != nil {
+		b.Fatal(err)
+	}
+	for w := int64(0); w < size; w += int64(len(buf)) {
+		if _, err := f.Write(buf); err != nil {
+			b.Fatal(err)
+		}
+	}
+	f.Sync()
+	diskWrite := float64(size) / time.Since(start).Seconds() / (1 << 20)
+	unix.Fadvise(int(f.Fd()), 0, 0, unix.FADV_DONTNEED)
+	f.Close()
+	readFile := func() float64 {
+		f, _ := os.Open(diskFile)
+		defer f.Close()
+		start := time.Now()
+		for {
+			if _, err := f.Read(buf); err != nil {
+				break
+			}
+		}
+		return float64(size) / time.Since(start).Seconds() / (1 << 20)
+	}
+	diskReadCold := readFile()
+	diskReadWarm := readFile()
+	tcp := tcpLoopback(b, size)
+
+	// Cluster writes: whole 4 MiB chunks, 8 in flight.
+	payload := make([]byte, chunk)
+	for i := range payload {
+		payload[i] = byte(rand.Uint32())
+	}
+	start = time.Now()
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(8)
+	for i := 0; i < nChunks; i++ {
+		g.Go(func() error {
+			return c.cl.WriteChunk(gctx, chains[i%len(chains)], client.ChunkID{Inode: 1, Index: uint64(i)}, 0, payload)
+		})
+	}
+	if err := g.Wait(); err != nil {
+		b.Fatal(err)
+	}
+	clusterWrite := float64(size) / time.Since(start).Seconds() / (1 << 20)
+
+	seqRead := func() float64 {
+		start := time.Now()
+		g, gctx := errgroup.WithContext(ctx)
+		g.SetLimit(8)
+		for i := 0; i < nChunks; i++ {
+			g.Go(func() error {
+				rd := []client.ChunkRead{{Chain: chains[i%len(chains)], Chunk: client.ChunkID{Inode: 1, Index: uint64(i)}, Buf: make([]byte, chunk)}}
+				return c.cl.ReadChunks(gctx, rd)
+			})
+		}
+		if err := g.Wait(); err != nil {
+			b.Fatal(err)
+		}
+		return float64(size) / time.Since(start).Seconds() / (1 << 20)
+	}
+	dropCache(c.dir)
+	readCold := seqRead()
+	readWarm := seqRead()
+
+	// Batched 4 KiB random reads: batches of 256, 4 batches in flight.
+	cpu0 := c.cpuTime()
+	var ios int64
+	var mu sync.Mutex
+	deadline := time.Now().Add(5 * time.Second)
+	start = time.Now()
+	g, gctx = errgroup.WithContext(ctx)
+	for w := 0; w < 4; w++ {
+		g.Go(func() error {
+			rng := rand.New(rand.NewPCG(uint64(w), 9))
+			bufs := make([]byte, 256*4096)
+			for time.Now().Before(deadline) {
+				reads := make([]client.ChunkRead, 256)
+				for k := range reads {
+					i := rng.IntN(nChunks)
+					reads[k] = client.ChunkRead{Chain: chains[i%len(chains)], Chunk: client.ChunkID{Inode: 1, Index: uint64(i)},
+						Off: int64(rng.IntN(chunk/4096)) * 4096, Buf: bufs[k*4096 : (k+1)*4096]}
+				}
+				if err := c.cl.ReadChunks(gctx, reads); err != nil {
+					return err
+				}
+				mu.Lock()
+				ios += int64(len(reads))
+				mu.Unlock()
+			}
+			return nil
+		})
+	}
+	if err := g.Wait(); err != nil {
+		b.Fatal(err)
+	}
+	el := time.Since(start).Seconds()
+	cpu := c.cpuTime() - cpu0
+	iops := float64(ios) / el
+
+	fmt.Printf("\nffkit data plane, 3 storage processes x 2 targets, 3 replicas, one machine; data %d MiB in 4 MiB chunks\n", size>>20)
+	report("sequential write (4 MiB chunks)", clusterWrite, diskWrite, "MiB/s", "disk seq write (fsync)", "")
+	report("sequential read, cold", readCold, min(tcp, diskReadCold), "MiB/s", fmt.Sprintf("min(tcp %.0f, disk cold %.0f)", tcp, diskReadCold), "")
+	report("sequential read, warm", readWarm, min(tcp, diskReadWarm), "MiB/s", fmt.Sprintf("min(tcp %.0f, disk warm %.0f)", tcp, diskReadWarm), "")
+	fmt.Printf("%-34s %10.0f IOPS   CPU %.1f us per IO (client + 3 storage processes), warm page cache\n", "4 KiB random reads, batches of 256", iops, cpu.Seconds()/float64(ios)*1e6)
+	b.ReportMetric(clusterWrite/diskWrite, "write-ratio")
+	b.ReportMetric(readCold/min(tcp, diskReadCold), "read-cold-ratio")
+	b.ReportMetric(readWarm/min(tcp, diskReadWarm), "read-warm-ratio")
+	b.ReportMetric(iops, "4k-iops")
+}
+
+// tcpLoopback copies size bytes over a loopback TCP connection (1 MiB writes).
+func tcpLoopback(b *testing.B, size int64) float64 {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer ln.Close()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		c, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		io.Copy(io.Discard, c)
+		c.Close()
+	}()
+	conn, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		b.Fatal(err)
+	}
+	buf := make([]byte, 1<<20)
+	start := time.Now()
+	for w := int64(0); w < size; w += int64(len(buf)) {
+		conn.Write(buf)
+	}
+	conn.Close()
+	<-done
+	return float64(size) / time.Since(start).Seconds() / (1 << 20)
+}
+
+// dropCache evicts every file under dir from the page cache.
+func dropCache(dir string) {
+	filepath.Walk(dir, func(p string, info os.FileInfo, err error) error {
+		if err == nil && info.Mode().IsRegular() {
+			if f, err := os.Open(p); err == nil {
+				unix.Fadvise(int(f.Fd()), 0, 0, unix.FADV_DONTNEED)
+				f.Close()
+			}
+		}
+		return nil
+	})
+}
+
+// cpuTime is the CPU time used so far by this process and the storage
+// processes.
+func (c *cluster) cpuTime() time.Duration {
+	var ru syscall.Rusage
+	syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	total := time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+	tick := int64(100) // USER_HZ
+	for _, p := range c.storage {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", p.cmd.Process.Pid))
+		if err != nil {
+			continue
+		}
+		s := string(b)
+		fields := strings.Fields(s[strings.LastIndexByte(s, ')')+2:])
+		ut, _ := strconv.ParseInt(fields[11], 10, 64)
+		st, _ := strconv.ParseInt(fields[12], 10, 64)
+		total += time.Duration((ut + st) * int64(time.Second) / tick)
+	}
+	return total
+}
