@@ -192,11 +192,11 @@ func RunFio(ctx context.Context, job FioJob) (*FioResult, error) {
 		if len(msg) > 400 {
 			msg = msg[:400] + "..."
 		}
-		e := runErr
-		if e == nil {
-			e = perr
+		if runErr != nil {
+			errs = append(errs, fmt.Errorf("%w: engine %s: %v: %s", ErrFio, eng, runErr, msg))
+		} else {
+			errs = append(errs, fmt.Errorf("engine %s: %w: %s", eng, perr, msg))
 		}
-		errs = append(errs, fmt.Errorf("%w: engine %s: %v: %s", ErrFio, eng, e, msg))
 	}
 	return nil, errors.Join(errs...)
 }

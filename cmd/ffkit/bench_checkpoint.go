@@ -88,7 +88,12 @@ func runCheckpoint(ctx context.Context, o *checkpointOpts, path string) error {
 		return err
 	}
 	defer w.Cleanup(context.WithoutCancel(ctx))
-	useFio, fioNote := o.fioNote(w)
+	fw, fioNote, fioCleanup, err := o.fioSetup(ctx, w)
+	if err != nil {
+		return err
+	}
+	defer fioCleanup()
+	useFio := fw != nil
 	doc := checkpointDoc{Benchmark: "checkpoint", Path: path, Size: size, Chunk: chunk, Runs: o.runs, Direct: o.direct, FioNote: fioNote}
 	nChunks := (size + chunk - 1) / chunk
 	chunkLen := func(i int64) int64 { return min(chunk, size-i*chunk) }
@@ -156,15 +161,15 @@ func runCheckpoint(ctx context.Context, o *checkpointOpts, path string) error {
 
 	if useFio {
 		const fioName = "ffkit-checkpoint-fio.bin"
-		p, _ := w.LocalPath(fioName)
-		w.Track(fioName)
+		p, _ := fw.LocalPath(fioName)
+		fw.Track(fioName)
 		statusf("checkpoint: fio write")
 		doc.Write.Fio, doc.Write.FioError = runFio(ctx, bench.FioJob{Filenames: []string{p}, RW: "write", BlockSize: chunk, Size: size, EndFsync: true})
 		statusf("checkpoint: fio read")
-		w.Cold(o.direct, fioName)
+		fw.Cold(o.direct, fioName)
 		doc.Read.Fio, doc.Read.FioError = runFio(ctx, bench.FioJob{Filenames: []string{p}, RW: "read", BlockSize: chunk, Size: size, Direct: o.direct})
 		if !o.keep {
-			w.Remove(ctx, fioName)
+			fw.Remove(ctx, fioName)
 		}
 		for _, ph := range []*checkpointPhase{&doc.Write, &doc.Read} {
 			if ph.Fio != nil {

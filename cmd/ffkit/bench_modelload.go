@@ -133,7 +133,12 @@ func runModelLoad(ctx context.Context, o *modelLoadOpts, path string) error {
 		return err
 	}
 	defer w.Cleanup(context.WithoutCancel(ctx))
-	useFio, fioNote := o.fioNote(w)
+	fw, fioNote, fioCleanup, err := o.fioSetup(ctx, w)
+	if err != nil {
+		return err
+	}
+	defer fioCleanup()
+	useFio := fw != nil
 
 	var names []string
 	var sizes []int64
@@ -224,13 +229,30 @@ func runModelLoad(ctx context.Context, o *modelLoadOpts, path string) error {
 
 	if useFio {
 		statusf("model-load: fio")
-		var paths []string
-		for _, n := range names {
-			p, _ := w.LocalPath(n)
-			paths = append(paths, p)
+		smallest := sizes[0]
+		for _, s := range sizes {
+			smallest = min(smallest, s)
 		}
-		w.Cold(o.direct, names...)
-		doc.Fio, doc.FioError = runFio(ctx, bench.FioJob{Filenames: paths, RW: "read", BlockSize: chunk, Direct: o.direct, NumJobs: o.clients})
+		// fio refuses a block larger than a file.
+		bs := max(4096, min(chunk, smallest/4096*4096))
+		job := bench.FioJob{RW: "read", BlockSize: bs, Direct: o.direct, NumJobs: o.clients}
+		if fw == w {
+			for _, n := range names {
+				p, _ := w.LocalPath(n)
+				job.Filenames = append(job.Filenames, p)
+			}
+			w.Cold(o.direct, names...)
+		} else {
+			// Files of the same sizes (on average) in --fio-dir, laid out by fio.
+			job.Size = perClient / int64(len(names))
+			for i := range names {
+				n := fmt.Sprintf("ffkit-model-fio-%05d.bin", i)
+				fw.Track(n)
+				p, _ := fw.LocalPath(n)
+				job.Filenames = append(job.Filenames, p)
+			}
+		}
+		doc.Fio, doc.FioError = runFio(ctx, job)
 		if doc.Fio != nil {
 			doc.RatioVsFio = bench.Compare("MiB/s", doc.AggregateMiBPerSec.Mean, doc.Fio.MiBPerSec, "fio").Ratio
 		}

@@ -123,7 +123,12 @@ func runParallelWrite(ctx context.Context, o *parallelWriteOpts, path string) er
 		return err
 	}
 	defer w.Cleanup(context.WithoutCancel(ctx))
-	useFio, fioNote := o.fioNote(w)
+	fw, fioNote, fioCleanup, err := o.fioSetup(ctx, w)
+	if err != nil {
+		return err
+	}
+	defer fioCleanup()
+	useFio := fw != nil
 	doc := parallelWriteDoc{Benchmark: "parallel-write", Path: path, Procs: o.procs, SizePerProc: size, Block: block,
 		Runs: o.runs, FioNote: fioNote,
 		Note: "writes are buffered and fsynced at commit (counted); --direct does not apply to writes"}
@@ -160,9 +165,9 @@ func runParallelWrite(ctx context.Context, o *parallelWriteOpts, path string) er
 	if useFio {
 		statusf("parallel-write: fio")
 		const prefix = "ffkit-pw-fio"
-		doc.Fio, doc.FioError = runFio(ctx, bench.FioJob{Name: prefix, Directory: w.Dir, RW: "write", BlockSize: block, Size: size,
+		doc.Fio, doc.FioError = runFio(ctx, bench.FioJob{Name: prefix, Directory: fw.Dir, RW: "write", BlockSize: block, Size: size,
 			NumJobs: o.procs, EndFsync: true})
-		removeFioFiles(context.WithoutCancel(ctx), w, prefix)
+		removeFioFiles(context.WithoutCancel(ctx), fw, prefix)
 		if doc.Fio != nil {
 			doc.RatioVsFio = bench.Compare("MiB/s", doc.AggregateMiBPerSec, doc.Fio.MiBPerSec, "fio").Ratio
 		}

@@ -26,6 +26,7 @@ type benchReadFlags struct {
 	noVerify    bool
 	fio         bool
 	seed        uint64
+	rounds      int
 }
 
 // benchReadResult is the JSON document of `ffkit bench read`.
@@ -59,6 +60,7 @@ type benchReadResult struct {
 	FioFile    string             `json:"fio_file,omitempty"`
 	FioRatio   float64            `json:"fio_ratio,omitempty"`
 	Seconds    float64            `json:"seconds_per_phase"`
+	Rounds     int                `json:"rounds"`
 	Comparison []bench.Comparison `json:"comparisons"`
 }
 
@@ -92,6 +94,7 @@ phase, and the cache state is printed next to the figures.`,
 	c.Flags().BoolVar(&f.noVerify, "no-verify", false, "skip the sample checksum checks")
 	c.Flags().BoolVar(&f.fio, "fio", false, "also measure fio 4 KiB random reads (io_uring, iodepth 64) on the largest file")
 	c.Flags().Uint64Var(&f.seed, "seed", 1, "seed of the random batches")
+	c.Flags().IntVar(&f.rounds, "rounds", 3, "alternate the phases this many times (each gets duration/rounds per round), so load from other processes falls on all of them alike")
 	return c
 }
 
@@ -101,8 +104,12 @@ func runBenchRead(ctx context.Context, paths []string, f benchReadFlags) error {
 		return usagef("--batch-size must be positive, got %d", f.batchSize)
 	case f.duration <= 0:
 		return usagef("--duration must be positive, got %s", f.duration)
-	case f.parallelism <= 0 || f.inflight <= 0:
-		return usagef("--parallelism and --batches-in-flight must be positive")
+	case f.parallelism <= 0 || f.inflight <= 0 || f.rounds <= 0:
+		return usagef("--parallelism, --batches-in-flight and --rounds must be positive")
+	}
+	slice := f.duration / time.Duration(f.rounds)
+	if slice <= 0 {
+		slice = f.duration
 	}
 	r, err := ffrecord.Open(ctx, paths, ffrecord.ReadOptions{Direct: f.direct, NoVerify: f.noVerify,
 		Parallelism: f.parallelism, MergeGap: f.mergeGap, Warn: func(m string) { warnf("%s", m) }})
@@ -131,19 +138,15 @@ func runBenchRead(ctx context.Context, paths []string, f benchReadFlags) error {
 	st := r.Stats()
 	res := benchReadResult{Dataset: fmt.Sprint(paths), Samples: n, Files: len(files), MedianSize: st.MedianLen,
 		BatchSize: f.batchSize, Direct: f.direct, Verify: !f.noVerify, Parallelism: f.parallelism,
-		Inflight: f.inflight, Seconds: f.duration.Seconds()}
+		Inflight: f.inflight, Seconds: f.duration.Seconds(), Rounds: f.rounds}
 	progress := func(msg string) { fmt.Fprintln(human(), "bench read:", msg) }
 	if jsonOut {
 		progress = func(msg string) {}
 	}
 
-	// Phase 1: ffkit ReadBatch.
-	cache, cerr := bench.MakeCold(f.direct, remote, local...)
-	res.Cache = string(cache)
-	if cerr != nil {
-		warnf("reads may be warm: %v", cerr)
-	}
-	progress(fmt.Sprintf("ffkit ReadBatch, %d batches of %d in flight, %s", f.inflight, f.batchSize, f.duration))
+	// The phases alternate for f.rounds rounds (ours, baseline, fio), each
+	// made cold first, so that load from other processes during the run
+	// falls on all of them alike.
 	bufs := make([][]byte, f.inflight)
 	idx := make([][]int64, f.inflight)
 	rngs := make([]*rand.Rand, f.inflight)
@@ -151,38 +154,23 @@ func runBenchRead(ctx context.Context, paths []string, f benchReadFlags) error {
 		rngs[w] = rand.New(rand.NewPCG(f.seed, uint64(w)))
 		idx[w] = make([]int64, f.batchSize)
 	}
-	ours, err := bench.Run(ctx, bench.Options{Workers: f.inflight, Duration: f.duration, Warmup: f.warmup},
-		func(ctx context.Context, w int, seq int64) (int64, error) {
-			ix := idx[w]
-			for k := range ix {
-				ix[k] = rngs[w].Int64N(n)
-			}
-			size, err := r.BatchSize(ix)
-			if err != nil {
-				return 0, err
-			}
-			if int64(cap(bufs[w])) < size {
-				bufs[w] = make([]byte, size*2)
-			}
-			_, err = r.ReadBatchInto(ctx, ix, bufs[w][:size])
-			return size, err
-		})
-	if err != nil {
-		return fmt.Errorf("bench read: %w", err)
-	}
-	res.Batches = ours.Ops
-	res.SamplesPerSec = ours.OpsPerSec * float64(f.batchSize)
-	res.MiBPerSec = ours.MiBPerSec
-	res.BatchLatency = ours.Latency
-	res.BatchP50MS, res.BatchP99MS = ours.Latency.P50US/1000, ours.Latency.P99US/1000
-
-	// Phase 2: baseline, one plain pread per sample.
-	if _, err := bench.MakeCold(f.direct, remote, local...); err != nil && cerr == nil {
-		warnf("baseline reads may be warm: %v", err)
+	oursOp := func(ctx context.Context, w int, seq int64) (int64, error) {
+		ix := idx[w]
+		for k := range ix {
+			ix[k] = rngs[w].Int64N(n)
+		}
+		size, err := r.BatchSize(ix)
+		if err != nil {
+			return 0, err
+		}
+		if int64(cap(bufs[w])) < size {
+			bufs[w] = make([]byte, size*2)
+		}
+		_, err = r.ReadBatchInto(ctx, ix, bufs[w][:size])
+		return size, err
 	}
 	workers := f.parallelism * f.inflight
 	res.BaselineWorkers = workers
-	progress(fmt.Sprintf("baseline: one plain pread per sample, %d in flight, %s", workers, f.duration))
 	raw := make([]fs.File, len(files))
 	for i, fm := range files {
 		fsys, name, err := fs.Resolve(ctx, fm.Path)
@@ -199,52 +187,95 @@ func runBenchRead(ctx context.Context, paths []string, f benchReadFlags) error {
 	for w := range prngs {
 		prngs[w] = rand.New(rand.NewPCG(f.seed+1, uint64(w)))
 	}
-	base, err := bench.Run(ctx, bench.Options{Workers: workers, Duration: f.duration, Warmup: f.warmup},
-		func(ctx context.Context, w int, seq int64) (int64, error) {
-			file, off, l, err := r.Locate(prngs[w].Int64N(n))
-			if err != nil {
-				return 0, err
-			}
-			if int64(cap(pbufs[w])) < l {
-				pbufs[w] = make([]byte, l)
-			}
-			if _, err := raw[file].ReadAt(pbufs[w][:l], off); err != nil {
-				return 0, err
-			}
-			return l, nil
-		})
-	if err != nil {
-		return fmt.Errorf("bench read: baseline: %w", err)
+	baseOp := func(ctx context.Context, w int, seq int64) (int64, error) {
+		file, off, l, err := r.Locate(prngs[w].Int64N(n))
+		if err != nil {
+			return 0, err
+		}
+		if int64(cap(pbufs[w])) < l {
+			pbufs[w] = make([]byte, l)
+		}
+		if _, err := raw[file].ReadAt(pbufs[w][:l], off); err != nil {
+			return 0, err
+		}
+		return l, nil
 	}
-	res.BaselineSamplesPerSec = base.OpsPerSec
-	res.BaselineMiBPerSec = base.MiBPerSec
-	res.BaselineReadLatency = base.Latency
-	if base.OpsPerSec > 0 {
-		res.Ratio = res.SamplesPerSec / base.OpsPerSec
+	cold := func() {
+		cache, err := bench.MakeCold(f.direct, remote, local...)
+		res.Cache = string(cache)
+		if err != nil {
+			warnf("reads may be warm: %v", err)
+		}
 	}
-	res.Comparison = append(res.Comparison,
-		bench.Compare("samples/s", res.SamplesPerSec, res.BaselineSamplesPerSec, "plain pread per sample"))
-
-	// Phase 3: fio on the largest file.
-	if f.fio {
-		if fs.IsURL(largest.Path) {
-			warnf("--fio needs a local file; skipped")
-		} else {
-			progress(fmt.Sprintf("fio 4 KiB randread, io_uring, iodepth 64, on %s", largest.Path))
+	fioOK := f.fio && !fs.IsURL(largest.Path)
+	if f.fio && !fioOK {
+		warnf("--fio needs a local file; skipped")
+	}
+	var ours, base []*bench.Result
+	var fioIOPS []float64
+	for round := range f.rounds {
+		cold()
+		progress(fmt.Sprintf("round %d/%d: ffkit ReadBatch, %d batches of %d in flight, %s", round+1, f.rounds, f.inflight, f.batchSize, slice))
+		o, err := bench.Run(ctx, bench.Options{Workers: f.inflight, Duration: slice, Warmup: f.warmup}, oursOp)
+		if err != nil {
+			return fmt.Errorf("bench read: %w", err)
+		}
+		ours = append(ours, o)
+		cold()
+		progress(fmt.Sprintf("round %d/%d: baseline, one plain pread per sample, %d in flight, %s", round+1, f.rounds, workers, slice))
+		b, err := bench.Run(ctx, bench.Options{Workers: workers, Duration: slice, Warmup: f.warmup}, baseOp)
+		if err != nil {
+			return fmt.Errorf("bench read: baseline: %w", err)
+		}
+		base = append(base, b)
+		if fioOK {
+			progress(fmt.Sprintf("round %d/%d: fio 4 KiB randread, iodepth 64, on %s", round+1, f.rounds, largest.Path))
 			fr, err := bench.RunFio(ctx, bench.FioJob{Filenames: []string{largest.Path}, RW: "randread",
-				BlockSize: 4096, IODepth: 64, Direct: f.direct, Runtime: f.duration, RampTime: f.warmup,
+				BlockSize: 4096, IODepth: 64, Direct: f.direct, Runtime: slice, RampTime: f.warmup,
 				Extra: []string{"--readonly"}})
 			if err != nil {
 				warnf("fio: %v", err)
+				fioOK = false
 			} else {
-				res.FioIOPS, res.FioEngine, res.FioFile = fr.Read.IOPS, fr.Engine, largest.Path
-				if fr.Read.IOPS > 0 {
-					res.FioRatio = res.SamplesPerSec / fr.Read.IOPS
-				}
-				res.Comparison = append(res.Comparison, bench.Compare("samples/s vs IOPS", res.SamplesPerSec, fr.Read.IOPS,
-					"fio randread 4 KiB "+fr.Engine+" iodepth 64"))
+				fioIOPS = append(fioIOPS, fr.Read.IOPS)
+				res.FioEngine, res.FioFile = fr.Engine, largest.Path
 			}
 		}
+	}
+	sum := func(rs []*bench.Result) (ops, bytes int64, sec float64) {
+		for _, x := range rs {
+			ops, bytes, sec = ops+x.Ops, bytes+x.Bytes, sec+x.Seconds
+		}
+		return
+	}
+	ops, bytes, sec := sum(ours)
+	oc := bench.Combine(ours)
+	res.Batches = ops
+	if sec > 0 {
+		res.SamplesPerSec = float64(ops*int64(f.batchSize)) / sec
+		res.MiBPerSec = float64(bytes) / bench.MiB / sec
+	}
+	res.BatchLatency = oc.Latency
+	res.BatchP50MS, res.BatchP99MS = oc.Latency.P50US/1000, oc.Latency.P99US/1000
+	ops, bytes, sec = sum(base)
+	bc := bench.Combine(base)
+	if sec > 0 {
+		res.BaselineSamplesPerSec = float64(ops) / sec
+		res.BaselineMiBPerSec = float64(bytes) / bench.MiB / sec
+	}
+	res.BaselineReadLatency = bc.Latency
+	if res.BaselineSamplesPerSec > 0 {
+		res.Ratio = res.SamplesPerSec / res.BaselineSamplesPerSec
+	}
+	res.Comparison = append(res.Comparison,
+		bench.Compare("samples/s", res.SamplesPerSec, res.BaselineSamplesPerSec, "plain pread per sample"))
+	if len(fioIOPS) > 0 {
+		for _, v := range fioIOPS {
+			res.FioIOPS += v / float64(len(fioIOPS))
+		}
+		res.FioRatio = res.SamplesPerSec / res.FioIOPS
+		res.Comparison = append(res.Comparison, bench.Compare("samples/s vs IOPS", res.SamplesPerSec, res.FioIOPS,
+			"fio randread 4 KiB "+res.FioEngine+" iodepth 64"))
 	}
 
 	if jsonOut {
@@ -257,12 +288,13 @@ func runBenchRead(ctx context.Context, paths []string, f benchReadFlags) error {
 	t.AddRow("ffkit ReadBatch", bench.FormatFloat(res.SamplesPerSec, 0), bench.FormatFloat(res.MiBPerSec, 1),
 		bench.FormatFloat(res.BatchP50MS, 2), bench.FormatFloat(res.BatchP99MS, 2), bench.FormatRatio(res.Ratio))
 	t.AddRow(fmt.Sprintf("plain pread x%d", workers), bench.FormatFloat(res.BaselineSamplesPerSec, 0), bench.FormatFloat(res.BaselineMiBPerSec, 1),
-		bench.FormatFloat(base.Latency.P50US/1000, 2), bench.FormatFloat(base.Latency.P99US/1000, 2), "1.00x")
+		bench.FormatFloat(bc.Latency.P50US/1000, 2), bench.FormatFloat(bc.Latency.P99US/1000, 2), "1.00x")
 	if res.FioIOPS > 0 {
 		t.AddRow("fio randread 4 KiB "+res.FioEngine+" qd64", bench.FormatFloat(res.FioIOPS, 0), "", "", "", bench.FormatRatio(res.FioRatio))
 	}
 	t.Notes = append(t.Notes,
 		"ffkit latencies are per batch; the baseline's are per pread",
-		fmt.Sprintf("ratio = ffkit samples/s over the row's samples/s; %d batches of %d in flight, %d reads in flight each", f.inflight, f.batchSize, f.parallelism))
+		fmt.Sprintf("ratio = ffkit samples/s over the row's samples/s; %d batches of %d in flight, %d reads in flight each", f.inflight, f.batchSize, f.parallelism),
+		fmt.Sprintf("%d rounds alternating the rows, %s each per round, made cold before each", f.rounds, slice))
 	return t.Write(human())
 }

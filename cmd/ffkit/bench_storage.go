@@ -14,6 +14,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/ffkit/ffkit/bench"
+	"github.com/ffkit/ffkit/fs"
 )
 
 // storageFlags are the flags every storage benchmark shares.
@@ -23,6 +24,7 @@ type storageFlags struct {
 	runs     int
 	direct   bool
 	fio      bool
+	fioDir   string
 	duration time.Duration
 	warmup   time.Duration
 }
@@ -34,6 +36,7 @@ func (f *storageFlags) add(c *cobra.Command, runs int, timed bool) {
 	fl.IntVar(&f.runs, "runs", runs, "repeat each measurement this many times and show the spread")
 	fl.BoolVar(&f.direct, "direct", false, "bypass the page cache (O_DIRECT reads; fio runs with --direct=1)")
 	fl.BoolVar(&f.fio, "fio", true, "run fio on the same rows for comparison when fio is installed and the path is local")
+	fl.StringVar(&f.fioDir, "fio-dir", "", "run fio in this local `DIR` instead of PATH (the local disk beside an ffkit:// run, or a FUSE mount of it)")
 	if timed {
 		fl.DurationVar(&f.duration, "duration", 500*time.Millisecond, "measured time of each run")
 		fl.DurationVar(&f.warmup, "warmup", 100*time.Millisecond, "warm-up before each run, excluded from the figures")
@@ -53,17 +56,31 @@ func (f *storageFlags) validate() error {
 	return nil
 }
 
-// fioNote says whether fio runs beside ours, and why not.
-func (f *storageFlags) fioNote(w *bench.Workdir) (bool, string) {
+// fioSetup decides where fio runs beside ours: in the benchmark's own
+// directory (the same files), in --fio-dir, or nowhere. It returns the
+// directory (nil: no fio) and a note saying which; a --fio-dir directory
+// is cleaned up by the caller (cleanup is a no-op for the shared one).
+func (f *storageFlags) fioSetup(ctx context.Context, w *bench.Workdir) (fw *bench.Workdir, note string, cleanup func(), err error) {
+	cleanup = func() {}
 	switch {
 	case !f.fio:
-		return false, "fio: not run (--fio=false)"
-	case w.Remote:
-		return false, "fio: not run (the path is an ffkit:// URL; mount it with `ffkit fs mount` to run fio on it)"
+		return nil, "fio: not run (--fio=false)", cleanup, nil
 	case !bench.FioAvailable():
-		return false, "fio: not installed (apt-get install fio), no fio column"
+		return nil, "fio: not installed (apt-get install fio), no fio column", cleanup, nil
+	case f.fioDir != "":
+		if fs.IsURL(f.fioDir) {
+			return nil, "", cleanup, usagef("--fio-dir %q: fio needs a local directory (or a FUSE mount)", f.fioDir)
+		}
+		fw, err := bench.OpenWorkdir(ctx, f.fioDir, f.keep)
+		if err != nil {
+			return nil, "", cleanup, err
+		}
+		return fw, fmt.Sprintf("fio ran in %s (--fio-dir), not on the benchmark's path", f.fioDir),
+			func() { fw.Cleanup(context.WithoutCancel(ctx)) }, nil
+	case w.Remote:
+		return nil, "fio: not run (the path is an ffkit:// URL; give --fio-dir DIR for a local-disk or FUSE-mount baseline)", cleanup, nil
 	}
-	return true, ""
+	return w, "", cleanup, nil
 }
 
 // fioFigure is fio's figure for a row, as printed and put in JSON.

@@ -338,3 +338,32 @@ func TestBenchStorageUsageErrors(t *testing.T) {
 		}
 	}
 }
+
+// TestBenchFioDir runs fio in another directory than the benchmark's (as
+// for an ffkit:// path, whose device baseline is a local disk).
+func TestBenchFioDir(t *testing.T) {
+	if !bench.FioAvailable() {
+		t.Skip("fio is not installed (scripts/setup.sh installs it)")
+	}
+	tmp := t.TempDir()
+	dir, fioDir := filepath.Join(tmp, "bench"), filepath.Join(tmp, "fio")
+	var doc sweepDoc
+	runBenchJSON(t, &doc, "bench", "sweep", dir, "--fio-dir", fioDir, "--block-sizes", "64K", "--queue-depths", "2", "--threads", "1",
+		"--size", "4M", "--duration", "40ms", "--warmup", "10ms", "--runs", "1", "--save-config", "")
+	if len(doc.Points) != 1 || doc.Points[0].Fio == nil || doc.Points[0].Fio.MiBPerSec <= 0 || !strings.Contains(doc.FioNote, fioDir) {
+		t.Fatalf("doc %+v", doc)
+	}
+	var ml modelLoadDoc
+	runBenchJSON(t, &ml, "bench", "model-load", dir, "--fio-dir", fioDir, "--generate", "2x1M", "--runs", "1")
+	if ml.Fio == nil || ml.Fio.MiBPerSec <= 0 {
+		t.Fatalf("model-load fio: %+v %s", ml.Fio, ml.FioError)
+	}
+	for _, d := range []string{dir, fioDir} {
+		if _, err := os.Stat(d); !os.IsNotExist(err) {
+			t.Errorf("%s left behind: %v", d, err)
+		}
+	}
+	if _, stderr, code := runBench(t, "bench", "checkpoint", dir, "--fio-dir", "ffkit://127.0.0.1:1/x"); code != exitUsage || !strings.Contains(stderr, "local directory") {
+		t.Errorf("--fio-dir URL: exit %d %s", code, stderr)
+	}
+}

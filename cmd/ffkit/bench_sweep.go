@@ -134,7 +134,12 @@ func runSweep(ctx context.Context, o *sweepOpts, path string) error {
 		return err
 	}
 	defer w.Cleanup(context.WithoutCancel(ctx))
-	useFio, fioNote := o.fioNote(w)
+	fw, fioNote, fioCleanup, err := o.fioSetup(ctx, w)
+	if err != nil {
+		return err
+	}
+	defer fioCleanup()
+	useFio := fw != nil
 
 	doc := sweepDoc{Benchmark: "sweep", Path: path, Mode: mode, Pattern: "random", Direct: o.direct,
 		Runs: o.runs, DurationS: o.duration.Seconds(), WarmupS: o.warmup.Seconds(), FioNote: fioNote}
@@ -192,7 +197,7 @@ func runSweep(ctx context.Context, o *sweepOpts, path string) error {
 					for _, r := range rep.Runs {
 						perStream += r.Bytes / int64(len(rep.Runs)*th*qd)
 					}
-					p.Fio, p.FioError = sweepFio(ctx, o, w, mode, dataName, size, bs, qd, th, perStream)
+					p.Fio, p.FioError = sweepFio(ctx, o, w, fw, mode, dataName, size, bs, qd, th, perStream)
 					if p.Fio != nil {
 						p.RatioVsFio = bench.Compare("MiB/s", p.MiBPerSec.Mean, p.Fio.MiBPerSec, "fio").Ratio
 					}
@@ -341,10 +346,17 @@ func sweepWrite(ctx context.Context, o *sweepOpts, w *bench.Workdir, maxSize, bs
 	})
 }
 
-func sweepFio(ctx context.Context, o *sweepOpts, w *bench.Workdir, mode, name string, size, bs int64, qd, th int, perStream int64) (*fioFigure, string) {
+// sweepFio runs fio for one point in fw: on our own data file when fw is
+// the benchmark's directory, else on a file of the same size that fio lays
+// out in --fio-dir (once, kept for the other points).
+func sweepFio(ctx context.Context, o *sweepOpts, w, fw *bench.Workdir, mode, name string, size, bs int64, qd, th int, perStream int64) (*fioFigure, string) {
 	job := bench.FioJob{BlockSize: bs, Direct: o.direct, Runtime: o.duration, RampTime: o.warmup}
 	if mode == "read" {
-		p, _ := w.LocalPath(name)
+		if fw != w {
+			name = "ffkit-sweep-fio.dat"
+			fw.Track(name)
+		}
+		p, _ := fw.LocalPath(name)
 		job.Filenames, job.IODepth, job.NumJobs, job.Size = []string{p}, qd, th, size
 		job.RW = "randread"
 		if o.seq {
@@ -353,8 +365,8 @@ func sweepFio(ctx context.Context, o *sweepOpts, w *bench.Workdir, mode, name st
 		return runFio(ctx, job)
 	}
 	const prefix = "ffkit-sweep-fio"
-	defer removeFioFiles(context.WithoutCancel(ctx), w, prefix)
-	job.Name, job.Directory, job.RW, job.NumJobs, job.EndFsync = prefix, w.Dir, "write", th*qd, true
+	defer removeFioFiles(context.WithoutCancel(ctx), fw, prefix)
+	job.Name, job.Directory, job.RW, job.NumJobs, job.EndFsync = prefix, fw.Dir, "write", th*qd, true
 	// Ours writes buffered and fsyncs at the end; so does fio, moving the
 	// same bytes per stream (not time-based: a time-based fio job would
 	// rewrite one small file in the page cache and fsync it once).
