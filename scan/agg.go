@@ -299,15 +299,23 @@ func (t *groupTable) groups(keys []expr.Vec, n int) []int32 {
 // add aggregates a batch of the read schema.
 func (t *groupTable) add(rec arrow.RecordBatch) error {
 	n := int(rec.NumRows())
-	keys := make([]expr.Vec, len(t.plan.keyPos))
-	for i, p := range t.plan.keyPos {
-		v, err := expr.FromArrow(rec.Column(p))
-		if err != nil {
+	var gids []int32
+	if d, ok := dictKey(rec, t.plan.keyPos); ok {
+		var err error
+		if gids, err = t.groupsDict(d); err != nil {
 			return err
 		}
-		keys[i] = v
+	} else {
+		keys := make([]expr.Vec, len(t.plan.keyPos))
+		for i, p := range t.plan.keyPos {
+			v, err := expr.FromArrow(rec.Column(p))
+			if err != nil {
+				return err
+			}
+			keys[i] = v
+		}
+		gids = t.groups(keys, n)
 	}
-	gids := t.groups(keys, n)
 	for ai, spec := range t.plan.aggs {
 		a := &t.aggs[ai]
 		if spec.star {
@@ -319,6 +327,9 @@ func (t *groupTable) add(rec arrow.RecordBatch) error {
 		v, err := spec.prog.Eval(rec)
 		if err != nil {
 			return err
+		}
+		if v.Null == nil && !v.Scalar && a.fast(spec.fn, &v, gids) {
+			continue
 		}
 		m := -1
 		if v.Scalar {
@@ -566,4 +577,120 @@ func permute(v *expr.Vec, order []int) expr.Vec {
 		}
 	}
 	return out
+}
+
+func dictKey(rec arrow.RecordBatch, keyPos []int) (*array.Dictionary, bool) {
+	if len(keyPos) != 1 {
+		return nil, false
+	}
+	d, ok := rec.Column(keyPos[0]).(*array.Dictionary)
+	return d, ok
+}
+
+// groupsDict maps rows to groups through the dictionary: each distinct
+// dictionary entry is looked up once, each row costs an index.
+func (t *groupTable) groupsDict(d *array.Dictionary) ([]int32, error) {
+	dv, err := expr.FromArrow(d.Dictionary())
+	if err != nil {
+		return nil, err
+	}
+	n := d.Len()
+	gids := make([]int32, n)
+	memo := make([]int32, dv.Len())
+	for i := range memo {
+		memo[i] = -1
+	}
+	one := []expr.Vec{dv}
+	nullKey := []expr.Vec{{T: dv.T, Null: []bool{true}, S: []string{""}}}
+	idx32, _ := d.Indices().(*array.Int32)
+	for i := 0; i < n; i++ {
+		if d.IsNull(i) {
+			gids[i] = t.lookup(nullKey, 0)
+			continue
+		}
+		var k int
+		if idx32 != nil {
+			k = int(idx32.Value(i))
+		} else {
+			k = d.GetValueIndex(i)
+		}
+		g := memo[k]
+		if g < 0 {
+			g = t.lookup(one, k)
+			memo[k] = g
+		}
+		gids[i] = g
+	}
+	return gids, nil
+}
+
+// lookup finds or adds the group of row i of keys.
+func (t *groupTable) lookup(keys []expr.Vec, i int) int32 {
+	b := t.encode(keys, i)
+	g, ok := t.index[string(b)]
+	if !ok {
+		g = t.addGroup(keys, i)
+		t.index[string(b)] = g
+	}
+	return g
+}
+
+// fast runs the common aggregates over a vector without nulls in tight
+// loops; it reports false for the cases it leaves to the general loop.
+func (a *aggState) fast(fn string, v *expr.Vec, gids []int32) bool {
+	switch {
+	case fn == "count":
+		for _, g := range gids {
+			a.cnt[g]++
+		}
+	case (fn == "sum" || fn == "mean") && v.T == expr.TInt:
+		x := v.I[:len(gids)]
+		for i, g := range gids {
+			a.cnt[g]++
+			a.sumI[g] += x[i]
+		}
+	case (fn == "sum" || fn == "mean") && v.T == expr.TFloat:
+		x := v.F[:len(gids)]
+		for i, g := range gids {
+			a.cnt[g]++
+			a.sumF[g] += x[i]
+		}
+	case (fn == "min" || fn == "max") && v.T == expr.TFloat:
+		x, e := v.F[:len(gids)], &a.ext
+		isMin := fn == "min"
+		for i, g := range gids {
+			a.cnt[g]++
+			f := x[i]
+			if e.Null[g] {
+				e.Null[g], e.F[g] = false, f
+				continue
+			}
+			if f != f || e.F[g] != e.F[g] {
+				if cmpFloat(f, e.F[g]) < 0 == isMin && cmpFloat(f, e.F[g]) != 0 {
+					e.F[g] = f
+				}
+				continue
+			}
+			if isMin && f < e.F[g] || !isMin && f > e.F[g] {
+				e.F[g] = f
+			}
+		}
+	case (fn == "min" || fn == "max") && (v.T == expr.TInt || v.T == expr.TDate || v.T == expr.TTimestamp):
+		x, e := v.I[:len(gids)], &a.ext
+		isMin := fn == "min"
+		for i, g := range gids {
+			a.cnt[g]++
+			n := x[i]
+			if e.Null[g] {
+				e.Null[g], e.I[g] = false, n
+				continue
+			}
+			if isMin && n < e.I[g] || !isMin && n > e.I[g] {
+				e.I[g] = n
+			}
+		}
+	default:
+		return false
+	}
+	return true
 }

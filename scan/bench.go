@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"sort"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/apache/arrow-go/v18/arrow"
@@ -38,12 +39,17 @@ type BenchOptions struct {
 // from the same run. Ratio is baseline time / ffkit time (above 1: ffkit
 // is faster).
 type BenchRow struct {
-	Name          string  `json:"name"`
-	What          string  `json:"what"`
-	FFkitSeconds  float64 `json:"ffkit_seconds"`
-	Baseline      string  `json:"baseline"`
-	BaseSeconds   float64 `json:"baseline_seconds"`
-	Ratio         float64 `json:"ratio"`
+	Name         string  `json:"name"`
+	What         string  `json:"what"`
+	FFkitSeconds float64 `json:"ffkit_seconds"`
+	Baseline     string  `json:"baseline"`
+	BaseSeconds  float64 `json:"baseline_seconds"`
+	Ratio        float64 `json:"ratio"`
+	// CPU seconds (user+system of the process, which runs both engines)
+	// are less sensitive to a busy shared machine than wall time.
+	FFkitCPU      float64 `json:"ffkit_cpu_seconds"`
+	BaseCPU       float64 `json:"baseline_cpu_seconds"`
+	CPURatio      float64 `json:"cpu_ratio"`
 	Goal          float64 `json:"goal,omitempty"`
 	FFkitRowsOut  int64   `json:"ffkit_rows_out"`
 	BaseRowsOut   int64   `json:"baseline_rows_out"`
@@ -173,30 +179,33 @@ func Bench(ctx context.Context, o BenchOptions) (*BenchResult, error) {
 		}
 	}
 	measure := func(row BenchRow, ffkit, base func() (int64, error)) error {
-		var ft, bt []float64
+		var ft, bt, fc, bc []float64
 		for r := 0; r < o.Runs; r++ {
 			// interleaved, so a noisy neighbour hits both alike
-			t0 := time.Now()
+			t0, c0 := time.Now(), cpuSeconds()
 			n, err := ffkit()
 			if err != nil {
 				return fmt.Errorf("%s (ffkit): %w", row.Name, err)
 			}
-			ft = append(ft, time.Since(t0).Seconds())
+			ft, fc = append(ft, time.Since(t0).Seconds()), append(fc, cpuSeconds()-c0)
 			row.FFkitRowsOut = n
-			t0 = time.Now()
+			t0, c0 = time.Now(), cpuSeconds()
 			if n, err = base(); err != nil {
 				return fmt.Errorf("%s (%s): %w", row.Name, row.Baseline, err)
 			}
-			bt = append(bt, time.Since(t0).Seconds())
+			bt, bc = append(bt, time.Since(t0).Seconds()), append(bc, cpuSeconds()-c0)
 			row.BaseRowsOut = n
 		}
 		row.FFkitSeconds, row.BaseSeconds = median(ft), median(bt)
 		row.Ratio = row.BaseSeconds / row.FFkitSeconds
+		row.FFkitCPU, row.BaseCPU = median(fc), median(bc)
+		row.CPURatio = row.BaseCPU / row.FFkitCPU
 		if lastSum != nil {
 			row.BytesRead, row.SkippedGroups = lastSum.BytesRead, lastSum.RowGroupsSkipped
 			lastSum = nil
 		}
-		logf("%-28s ffkit %.3fs  %s %.3fs  ratio %.2fx", row.Name, row.FFkitSeconds, row.Baseline, row.BaseSeconds, row.Ratio)
+		logf("%-28s ffkit %.3fs (cpu %.3fs)  %s %.3fs (cpu %.3fs)  ratio %.2fx (cpu %.2fx)", row.Name, row.FFkitSeconds, row.FFkitCPU,
+			row.Baseline, row.BaseSeconds, row.BaseCPU, row.Ratio, row.CPURatio)
 		res.Results = append(res.Results, row)
 		return nil
 	}
@@ -278,6 +287,14 @@ func Bench(ctx context.Context, o BenchOptions) (*BenchResult, error) {
 		return nil, err
 	}
 	return res, nil
+}
+
+func cpuSeconds() float64 {
+	var ru syscall.Rusage
+	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) != nil {
+		return 0
+	}
+	return float64(ru.Utime.Sec+ru.Stime.Sec) + float64(ru.Utime.Usec+ru.Stime.Usec)/1e6
 }
 
 // parquetGoScan is the comparison reader: parquet-go's page API, one

@@ -320,6 +320,11 @@ func (r *runner) compile() error {
 		if r.agg, err = compileAgg(r.q.readSchema, j.GroupBy, items); err != nil {
 			return err
 		}
+		// a single string key groups on the dictionary indices
+		if len(r.agg.keyPos) == 1 && r.agg.keyKinds[0] == expr.TString {
+			r.q.dict = make([]bool, len(r.q.readNames))
+			r.q.dict[r.agg.keyPos[0]] = true
+		}
 	default:
 		if r.q, err = compileQuery(r.src, j.Columns, j.Where, hash); err != nil {
 			return err

@@ -43,6 +43,19 @@ type query struct {
 	items      []outItem
 	outSchema  *arrow.Schema
 	idx        indexCache
+	// dict marks read columns (by position) decoded as dictionaries
+	dict []bool
+}
+
+func pick(b []bool, pos []int) []bool {
+	if b == nil {
+		return nil
+	}
+	out := make([]bool, len(pos))
+	for i, p := range pos {
+		out[i] = b[p]
+	}
+	return out
 }
 
 type outItem struct {
@@ -231,13 +244,13 @@ func (q *query) read(ctx context.Context, u unit) (arrow.RecordBatch, error) {
 		return s
 	}
 	if q.where == nil {
-		r, err := u.file.ReadRowGroup(ctx, u.rg, q.fileCols(u.file, allPos(len(q.readNames))))
+		r, err := u.file.ReadRowGroupDict(ctx, u.rg, q.fileCols(u.file, allPos(len(q.readNames))), q.dict)
 		if err != nil {
 			return nil, err
 		}
 		return q.conform(slice(r)), nil
 	}
-	fr, err := u.file.ReadRowGroup(ctx, u.rg, q.fileCols(u.file, q.filterPos))
+	fr, err := u.file.ReadRowGroupDict(ctx, u.rg, q.fileCols(u.file, q.filterPos), pick(q.dict, q.filterPos))
 	if err != nil {
 		return nil, err
 	}
@@ -262,7 +275,7 @@ func (q *query) read(ctx context.Context, u unit) (arrow.RecordBatch, error) {
 		cols[p] = fr.Column(i)
 	}
 	if len(q.otherPos) > 0 {
-		or, err := u.file.ReadRowGroup(ctx, u.rg, q.fileCols(u.file, q.otherPos))
+		or, err := u.file.ReadRowGroupDict(ctx, u.rg, q.fileCols(u.file, q.otherPos), pick(q.dict, q.otherPos))
 		if err != nil {
 			return nil, err
 		}

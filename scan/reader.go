@@ -348,6 +348,13 @@ func (pf *File) prefetch(ctx context.Context, rg int, cols []int) ([]span, error
 // group rg into one record batch whose schema is those fields, in that
 // order. The caller releases the batch.
 func (pf *File) ReadRowGroup(ctx context.Context, rg int, cols []int) (rec arrow.RecordBatch, err error) {
+	return pf.ReadRowGroupDict(ctx, rg, cols, nil)
+}
+
+// ReadRowGroupDict is ReadRowGroup, except that the string and binary
+// columns i with dict[i] set come back as Arrow dictionary arrays, decoded
+// no further than the file's dictionary pages.
+func (pf *File) ReadRowGroupDict(ctx context.Context, rg int, cols []int, dict []bool) (rec arrow.RecordBatch, err error) {
 	if rg < 0 || rg >= pf.NumRowGroups() {
 		return nil, fmt.Errorf("%w: %s has no row group %d", ErrUsage, pf.Path, rg)
 	}
@@ -371,7 +378,16 @@ func (pf *File) ReadRowGroup(ctx context.Context, rg int, cols []int) (rec arrow
 	if err != nil {
 		return nil, corruptf(pf.Path, err)
 	}
-	fr, err := pqarrow.NewFileReader(rdr, pqarrow.ArrowReadProperties{BatchSize: nrows + 1}, memory.DefaultAllocator)
+	aprops := pqarrow.ArrowReadProperties{BatchSize: nrows + 1}
+	for i, c := range cols {
+		if i < len(dict) && dict[i] && len(pf.leaves[c]) == 1 {
+			switch pf.Schema.Field(c).Type.ID() {
+			case arrow.STRING, arrow.LARGE_STRING, arrow.BINARY, arrow.LARGE_BINARY:
+				aprops.SetReadDict(pf.leaves[c][0], true)
+			}
+		}
+	}
+	fr, err := pqarrow.NewFileReader(rdr, aprops, memory.DefaultAllocator)
 	if err != nil {
 		return nil, corruptf(pf.Path, err)
 	}

@@ -135,16 +135,17 @@ func (s *fileSink) openParquet(o sinkOptions) error {
 		parquet.WithCompression(compress.Codecs.Zstd),
 		parquet.WithCompressionLevel(zstdLevel),
 		parquet.WithMaxRowGroupLength(rg),
-		parquet.WithDictionaryDefault(true),
+		// dictionaries only for strings (below), as SmallPond: on numeric
+		// columns they mostly cost hashing time before the size fallback
+		parquet.WithDictionaryDefault(false),
 		parquet.WithStats(true),
 		parquet.WithPageIndexEnabled(true),
 		parquet.WithCreatedBy("ffkit scan"),
 	}
 	for _, f := range o.schema.Fields() {
 		switch f.Type.ID() {
-		case arrow.FLOAT32, arrow.FLOAT64, arrow.TIMESTAMP, arrow.DECIMAL128:
-			// high-cardinality: a dictionary only costs time before the fallback
-			opts = append(opts, parquet.WithDictionaryFor(f.Name, false))
+		case arrow.STRING, arrow.LARGE_STRING, arrow.BINARY, arrow.LARGE_BINARY, arrow.DICTIONARY:
+			opts = append(opts, parquet.WithDictionaryFor(f.Name, true))
 		}
 	}
 	pw, err := pqarrow.NewFileWriter(o.schema, writeOnly{s.w}, parquet.NewWriterProperties(opts...),

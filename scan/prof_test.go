@@ -1,0 +1,31 @@
+package scan
+
+import (
+	"os"
+	"testing"
+)
+
+// BenchmarkJobProfile runs one job on $FFKIT_SCAN_PROFILE_DATA (for pprof).
+func BenchmarkJobProfile(b *testing.B) {
+	in := os.Getenv("FFKIT_SCAN_PROFILE_DATA")
+	if in == "" {
+		b.Skip("FFKIT_SCAN_PROFILE_DATA not set")
+	}
+	for i := 0; i < b.N; i++ {
+		out := b.TempDir() + "/o.parquet"
+		j := Job{Inputs: []string{in}, Output: out}
+		switch os.Getenv("FFKIT_SCAN_PROFILE_QUERY") {
+		case "groupby":
+			j.GroupBy, j.Aggs = []string{"category"}, "count(*), sum(key), mean(value), min(value), max(value)"
+		case "groupby2":
+			j.GroupBy, j.Aggs = []string{"user_id"}, "count(*), sum(key), mean(value)"
+		case "hash":
+			j.PartitionBy, j.Partitions, j.Output = "hash:key", 16, b.TempDir()+"/h"
+		default:
+			j.Where, j.Columns = "value > 0.99", "key, value"
+		}
+		if _, err := Run(bg, j); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
