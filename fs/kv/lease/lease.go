@@ -128,6 +128,11 @@ func (l *Lease) TryAcquire(ctx context.Context) (bool, error) {
 		switch {
 		case ok && cur.Holder == l.opts.ID && cur.Epoch == myEpoch && myEpoch != 0:
 			rec = cur // renewal
+		case ok && cur.Holder == l.opts.ID && myEpoch == 0:
+			// An earlier incarnation of this candidate (same ID: a restart
+			// on the same address) held it: take over at once, with a new
+			// epoch that fences anything the old one still tries.
+			rec = Record{Holder: l.opts.ID, Epoch: cur.Epoch + 1}
 		case !ok || now.UnixNano() >= cur.Expires:
 			rec = Record{Holder: l.opts.ID, Epoch: cur.Epoch + 1} // takeover
 		default:
@@ -270,4 +275,40 @@ func (l *Lease) Resign(ctx context.Context) error {
 		tx.Set(l.opts.Key, b)
 		return nil
 	})
+}
+
+// Serve runs run while this candidate holds the lease: it campaigns, then
+// calls run with a context that is cancelled when the lease is lost (or
+// ctx ends), and campaigns again after a loss. run must stop acting as
+// primary when its context ends; every write it makes should call Fence.
+// Serve returns nil when ctx ends (resigning the lease so a standby takes
+// over at once), or run's error if run fails on its own.
+func Serve(ctx context.Context, l *Lease, run func(ctx context.Context) error) error {
+	for {
+		if err := l.Campaign(ctx); err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			return err
+		}
+		rctx, cancel := context.WithCancel(ctx)
+		held := make(chan error, 1)
+		go func() {
+			held <- l.Hold(rctx)
+			cancel()
+		}()
+		err := run(rctx)
+		cancel()
+		<-held
+		if ctx.Err() != nil || err != nil && rctx.Err() == nil {
+			rctx2, c2 := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+			l.Resign(rctx2)
+			c2()
+			if ctx.Err() != nil {
+				return nil
+			}
+			return err
+		}
+		// The lease was lost: campaign again as a standby.
+	}
 }
