@@ -1,5 +1,8 @@
 // Package localfs implements fs.FS on the local file system.
 //
+// ReadBatch submits its reads through io_uring (uring.go) where the kernel
+// allows it, and otherwise runs parallel preads.
+//
 // Reads with OpenOptions.Direct use O_DIRECT: the page cache is bypassed and
 // every pread is widened to 4 KiB alignment through a pooled bounce buffer,
 // so callers keep byte-addressed reads. ReadBatch runs its reads on a
@@ -39,6 +42,29 @@ const MinProcs = 8
 type FS struct {
 	// Parallelism bounds concurrent reads in ReadBatch. Default 64.
 	Parallelism int
+	// NoURing makes ReadBatch use parallel preads instead of io_uring
+	// (also set for every FS by FFKIT_NO_IOURING=1), for comparisons.
+	NoURing bool
+}
+
+var noURingEnv = os.Getenv("FFKIT_NO_IOURING") == "1"
+
+// uringEligible returns the local files of reqs if io_uring can serve them
+// all: local files, and with O_DIRECT aligned offsets, lengths and buffers.
+func uringEligible(reqs []fs.ReadRequest) ([]*File, bool) {
+	files := make([]*File, len(reqs))
+	for i := range reqs {
+		q := &reqs[i]
+		f, ok := q.File.(*File)
+		if !ok {
+			return nil, false
+		}
+		if f.direct && (q.Off%Align != 0 || len(q.Buf)%Align != 0 || !IsAligned(q.Buf)) {
+			return nil, false
+		}
+		files[i] = f
+	}
+	return files, true
 }
 
 var _ fs.FS = (*FS)(nil)
@@ -185,6 +211,17 @@ func (l *FS) ReadBatchN(ctx context.Context, reqs []fs.ReadRequest, par int) err
 	if len(reqs) == 0 {
 		return nil
 	}
+	if par <= 0 {
+		par = 64
+	}
+	if !l.NoURing && uringOK() && !noURingEnv {
+		if files, ok := uringEligible(reqs); ok {
+			err := readURing(ctx, files, reqs, par)
+			if !errors.Is(err, errUringUnavailable) {
+				return err
+			}
+		}
+	}
 	EnsureProcs()
 	order := make([]int, len(reqs))
 	for i := range order {
@@ -197,9 +234,6 @@ func (l *FS) ReadBatchN(ctx context.Context, reqs []fs.ReadRequest, par int) err
 		}
 		return ra.Off < rb.Off
 	})
-	if par <= 0 {
-		par = 64
-	}
 	g, ctx := errgroup.WithContext(ctx)
 	g.SetLimit(par)
 	for _, i := range order {
