@@ -21,9 +21,13 @@ const (
 	CacheEvicted CacheState = "cold (files evicted from the page cache)"
 	// CacheWarm: nothing was done; reads may come from memory.
 	CacheWarm CacheState = "warm (reads may be served by the page cache)"
-	// CacheRemote: the files are on a remote FS (ffkit://); this machine's
-	// page cache does not hold them.
-	CacheRemote CacheState = "remote (not in this machine's page cache)"
+	// CacheRemote: the files are on a remote FS (ffkit://) and nothing
+	// could be dropped: the storage servers' page cache may serve reads.
+	CacheRemote CacheState = "remote (the storage servers' page cache may serve reads; could not drop it)"
+	// CacheRemoteDropped: remote files, and this machine's page cache was
+	// dropped, which makes a cluster running on this machine cold (storage
+	// servers on other machines keep their caches).
+	CacheRemoteDropped CacheState = "cold on this machine (page cache dropped; storage servers elsewhere keep theirs)"
 )
 
 // DropCaches writes back dirty pages and drops the kernel's clean page
@@ -65,14 +69,18 @@ func EvictFile(path string) error {
 // disturb other work on the machine); only if that is impossible does it
 // drop the whole page cache (root only). With direct (the reads will use
 // O_DIRECT) the files are still evicted so no dirty pages interfere.
-// remote says the files live on a remote FS. It returns the state to
-// print; the error says why the reads may still be warm.
+// remote says the files live on a remote FS: then the whole page cache
+// of this machine is dropped when allowed (a cluster may run here), since
+// O_DIRECT on the client does not reach the servers' disks. It returns the
+// state to print; the error says why the reads may still be warm.
 func MakeCold(direct, remote bool, localFiles ...string) (CacheState, error) {
 	if remote {
-		if direct {
-			return CacheDirect, nil
+		// Direct reads mean nothing to a remote file system's servers
+		// (they read with their own I/O), so always try to drop.
+		if err := DropCaches(); err != nil {
+			return CacheRemote, err
 		}
-		return CacheRemote, nil
+		return CacheRemoteDropped, nil
 	}
 	var evictErr error
 	for _, p := range localFiles {
