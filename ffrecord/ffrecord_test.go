@@ -328,3 +328,91 @@ func TestLegacyHeader(t *testing.T) {
 		t.Fatalf("verify legacy: %+v %v", rep, err)
 	}
 }
+
+// Aligned files: the data starts on a page boundary, every FFRecord reader
+// reads them, and page-sized samples are each one aligned read.
+func TestAlignedWriter(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	rng := rand.New(rand.NewPCG(9, 9))
+	samples := make([][]byte, 37)
+	for i := range samples {
+		samples[i] = make([]byte, 4096)
+		for j := range samples[i] {
+			samples[i][j] = byte(rng.Uint32())
+		}
+	}
+	p := filepath.Join(dir, "a.ffr")
+	w, err := CreateWith(ctx, p, int64(len(samples)), WriterOptions{Align: 4096})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range samples {
+		w.WriteOne(s)
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	for _, direct := range []bool{false, true} {
+		r, err := Open(ctx, []string{p}, ReadOptions{Direct: direct})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range r.N() {
+			_, off, _, _ := r.Locate(i)
+			if off%4096 != 0 {
+				t.Fatalf("sample %d at %d, not aligned", i, off)
+			}
+		}
+		checkBatch(t, r, samples, []int64{36, 0, 5, 6, 7, 5}, "aligned")
+		r.Close()
+	}
+	if _, err := CreateWith(ctx, p, 1, WriterOptions{Align: 3000}); !errors.Is(err, ErrIndex) {
+		t.Fatalf("alignment 3000: %v", err)
+	}
+	// sharded, aligned: every shard's data starts on a page
+	sw, _ := NewShardedWriter(ctx, filepath.Join(dir, "ds"), ShardOptions{TargetSize: 20000, Align: 4096})
+	for _, s := range samples {
+		sw.Write(s)
+	}
+	paths, err := sw.Close()
+	if err != nil || len(paths) < 2 {
+		t.Fatal(paths, err)
+	}
+	r, err := Open(ctx, []string{filepath.Join(dir, "ds")}, ReadOptions{Direct: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	for i := range r.N() {
+		if _, off, _, _ := r.Locate(i); off%4096 != 0 {
+			t.Fatalf("sharded sample %d at %d", i, off)
+		}
+	}
+	checkBatch(t, r, samples, []int64{0, 36, 20, 1}, "aligned shards")
+}
+
+// A file that shrinks after Open fails the read with ErrTruncated naming the sample.
+func TestFileShrinksAfterOpen(t *testing.T) {
+	ctx := context.Background()
+	p := filepath.Join(t.TempDir(), "s.ffr")
+	b, _ := os.ReadFile(filepath.Join(goldenDir, "small.ffr"))
+	os.WriteFile(p, b, 0o644)
+	for _, direct := range []bool{false, true} {
+		os.WriteFile(p, b, 0o644)
+		r, err := Open(ctx, []string{p}, ReadOptions{Direct: direct})
+		if err != nil {
+			t.Fatal(err)
+		}
+		os.Truncate(p, 400) // inside sample 7 [356, 420)
+		_, err = r.ReadBatch(ctx, []int64{2, 8})
+		if !errors.Is(err, ErrTruncated) || errkind.Of(err) != errkind.Data {
+			t.Fatalf("direct=%v: %v", direct, err)
+		}
+		var se *SampleError
+		if !errors.As(err, &se) || se.Index != 8 {
+			t.Fatalf("direct=%v: sample error %+v", direct, se)
+		}
+		r.Close()
+	}
+}

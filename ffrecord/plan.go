@@ -344,6 +344,19 @@ func (p *plan) explain(ctx context.Context, batchErr error) error {
 			return ctx.Err()
 		}
 		si := p.order[rd.first]
+		// A merged read covers several samples: name the first one that
+		// cannot be read on its own.
+		for _, sj := range p.order[rd.first:rd.last] {
+			s := &p.slots[sj]
+			if s.dup >= 0 || s.len == 0 {
+				continue
+			}
+			one := make([]byte, s.len)
+			if e := readFull(rq.File, one, s.off); e != nil {
+				si, err = sj, e
+				break
+			}
+		}
 		if errors.Is(err, ErrTruncated) || errors.Is(err, fs.ErrShortRead) {
 			return p.sampleErr(si, fmt.Errorf("%w: the file shrank after it was opened: %w", ErrTruncated, err))
 		}
