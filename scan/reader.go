@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"sort"
+	"sync"
 	"sync/atomic"
 
 	"github.com/apache/arrow-go/v18/arrow"
@@ -33,6 +34,13 @@ var (
 	ErrUsage = errkind.New(errkind.Usage, "scan: bad job")
 )
 
+// CoalesceLocal makes reads of local files go through the coalescing
+// prefetch too. By default only remote files (the ffkit cluster) do: there
+// a row group's column chunks become a few large reads issued in parallel
+// in one fs.ReadBatch, while on a local disk the page cache makes the extra
+// copy cost more than it saves (each column chunk is one pread anyway).
+var CoalesceLocal = false
+
 // CoalesceGap is the largest hole between two column chunks of a row group
 // that is read rather than skipped, so that neighbouring chunks become one
 // large read.
@@ -54,6 +62,70 @@ type File struct {
 	// leaves[i] are the Parquet leaf columns of top-level field i.
 	leaves    [][]int
 	bytesRead *atomic.Int64
+	// coalesce: prefetch each row group's column chunks with merged,
+	// parallel reads (see CoalesceLocal)
+	coalesce bool
+
+	decMu    sync.Mutex
+	decoders map[string][]*decoder // idle decoders by dictionary setting; guarded by decMu
+}
+
+// decoder is a Parquet decoder over prefetched spans of the file.
+type decoder struct {
+	src *memReaderAt
+	fr  *pqarrow.FileReader
+}
+
+func dictKeyOf(pf *File, cols []int, dict []bool) string {
+	var b []byte
+	for i, c := range cols {
+		if i < len(dict) && dict[i] {
+			b = fmt.Appendf(b, "%d,", c)
+		}
+	}
+	return string(b)
+}
+
+func (pf *File) decoder(key string, cols []int, dict []bool) (*decoder, error) {
+	pf.decMu.Lock()
+	if l := pf.decoders[key]; len(l) > 0 {
+		d := l[len(l)-1]
+		pf.decoders[key] = l[:len(l)-1]
+		pf.decMu.Unlock()
+		return d, nil
+	}
+	pf.decMu.Unlock()
+	src := &memReaderAt{cf: &countingFile{f: pf.f, n: pf.bytesRead}}
+	props := parquet.NewReaderProperties(memory.DefaultAllocator)
+	rdr, err := file.NewParquetReader(src, file.WithMetadata(pf.meta), file.WithReadProps(props))
+	if err != nil {
+		return nil, corruptf(pf.Path, err)
+	}
+	aprops := pqarrow.ArrowReadProperties{BatchSize: 1 << 30}
+	for i, c := range cols {
+		if i < len(dict) && dict[i] && len(pf.leaves[c]) == 1 {
+			switch pf.Schema.Field(c).Type.ID() {
+			case arrow.STRING, arrow.LARGE_STRING, arrow.BINARY, arrow.LARGE_BINARY:
+				aprops.SetReadDict(pf.leaves[c][0], true)
+			}
+		}
+	}
+	fr, err := pqarrow.NewFileReader(rdr, aprops, memory.DefaultAllocator)
+	if err != nil {
+		return nil, corruptf(pf.Path, err)
+	}
+	return &decoder{src: src, fr: fr}, nil
+}
+
+func (pf *File) putDecoder(key string, d *decoder) {
+	pf.decMu.Lock()
+	defer pf.decMu.Unlock()
+	if pf.decoders == nil {
+		pf.decoders = map[string][]*decoder{}
+	}
+	if len(pf.decoders[key]) < 8 {
+		pf.decoders[key] = append(pf.decoders[key], d)
+	}
 }
 
 // countingFile counts the bytes read through it.
@@ -149,6 +221,7 @@ func OpenFile(ctx context.Context, path string, bytesRead *atomic.Int64) (pf *Fi
 		return nil, corruptf(path, err)
 	}
 	pf = &File{Path: path, Schema: sc, Rows: meta.NumRows, Size: f.Size(), fsys: fsys, f: f,
+		coalesce: CoalesceLocal || fsys.String() != "local",
 		meta: meta, manifest: fr.Manifest, bytesRead: bytesRead}
 	for i := range fr.Manifest.Fields {
 		var leaves []int
@@ -367,30 +440,26 @@ func (pf *File) ReadRowGroupDict(ctx context.Context, rg int, cols []int, dict [
 	if len(cols) == 0 {
 		return array.NewRecordBatch(sc, nil, nrows), nil
 	}
-	spans, err := pf.prefetch(ctx, rg, cols)
+	var spans []span
+	if pf.coalesce {
+		if spans, err = pf.prefetch(ctx, rg, cols); err != nil {
+			return nil, err
+		}
+	}
+	defer recoverCorrupt(pf.Path, &err)
+	// A decoder is reused across row groups (its decompression buffers
+	// with it); the column-to-dictionary setting is part of its identity.
+	key := dictKeyOf(pf, cols, dict)
+	dec, err := pf.decoder(key, cols, dict)
 	if err != nil {
 		return nil, err
 	}
-	defer recoverCorrupt(pf.Path, &err)
-	src := &memReaderAt{spans: spans, cf: &countingFile{f: pf.f, n: pf.bytesRead}}
-	props := parquet.NewReaderProperties(memory.DefaultAllocator)
-	rdr, err := file.NewParquetReader(src, file.WithMetadata(pf.meta), file.WithReadProps(props))
-	if err != nil {
-		return nil, corruptf(pf.Path, err)
-	}
-	aprops := pqarrow.ArrowReadProperties{BatchSize: nrows + 1}
-	for i, c := range cols {
-		if i < len(dict) && dict[i] && len(pf.leaves[c]) == 1 {
-			switch pf.Schema.Field(c).Type.ID() {
-			case arrow.STRING, arrow.LARGE_STRING, arrow.BINARY, arrow.LARGE_BINARY:
-				aprops.SetReadDict(pf.leaves[c][0], true)
-			}
-		}
-	}
-	fr, err := pqarrow.NewFileReader(rdr, aprops, memory.DefaultAllocator)
-	if err != nil {
-		return nil, corruptf(pf.Path, err)
-	}
+	dec.src.spans = spans
+	defer func() {
+		dec.src.spans = nil
+		pf.putDecoder(key, dec)
+	}()
+	fr := dec.fr
 	arrs := make([]arrow.Array, len(cols))
 	defer func() {
 		if err != nil {
