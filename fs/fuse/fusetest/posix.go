@@ -219,12 +219,12 @@ func RunPOSIX(t *testing.T, mnt string, native fs.FS, nativeRoot string) {
 		for i := range 20 {
 			os.WriteFile(filepath.Join(dir, fmt.Sprintf("stable%02d", i)), []byte("s"), 0o644)
 		}
-		ctx, cancel := context.WithCancel(ctx)
+		churn, cancel := context.WithCancel(ctx)
 		var wg sync.WaitGroup
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			for i := 0; ctx.Err() == nil; i++ {
+			for i := 0; churn.Err() == nil; i++ {
 				name := filepath.Join(dir, fmt.Sprintf("churn%d", i%7))
 				if i%2 == 0 {
 					os.WriteFile(name, []byte("c"), 0o644)

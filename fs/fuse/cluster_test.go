@@ -1,0 +1,183 @@
+package fuse_test
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/ffkit/ffkit/fs/client"
+	"github.com/ffkit/ffkit/fs/clusterfs"
+	"github.com/ffkit/ffkit/fs/fuse"
+	"github.com/ffkit/ffkit/fs/fuse/fusetest"
+)
+
+var (
+	ffkitBinOnce sync.Once
+	ffkitBin     string
+	ffkitBinErr  error
+)
+
+// ffkitBinary builds cmd/ffkit once (the cluster runs as real processes).
+func ffkitBinary(t *testing.T) string {
+	t.Helper()
+	ffkitBinOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "ffkit-fusetest-")
+		if err != nil {
+			ffkitBinErr = err
+			return
+		}
+		ffkitBin = filepath.Join(dir, "ffkit")
+		out, err := exec.Command("go", "build", "-o", ffkitBin, "../../cmd/ffkit").CombinedOutput()
+		if err != nil {
+			ffkitBinErr = fmt.Errorf("go build ./cmd/ffkit: %v\n%s", err, out)
+		}
+	})
+	if ffkitBinErr != nil {
+		t.Fatal(ffkitBinErr)
+	}
+	return ffkitBin
+}
+
+// testCluster is `ffkit fs up` started by a test: 3 storage processes,
+// 3 replicas, short failure detection.
+type testCluster struct {
+	url, authority string
+	storagePIDs    []int
+	fs             *clusterfs.FS
+}
+
+func startCluster(t *testing.T) *testCluster {
+	t.Helper()
+	needFUSE(t)
+	bin := ffkitBinary(t)
+	dir := t.TempDir()
+	cmd := exec.Command(bin, "fs", "up", "--dir", dir, "--storage", "3", "--replicas", "3",
+		"--targets-per-storage", "1", "--chunk-size", "1MiB", "--heartbeat", "200ms", "--fail-timeout", "1500ms")
+	cmd.Stderr = os.Stderr
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		cmd.Process.Signal(syscall.SIGTERM)
+		done := make(chan struct{})
+		go func() { cmd.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(20 * time.Second):
+			cmd.Process.Kill()
+			<-done
+		}
+	})
+	c := &testCluster{}
+	lines := make(chan string, 16)
+	go func() {
+		sc := bufio.NewScanner(out)
+		for sc.Scan() {
+			lines <- sc.Text()
+		}
+		close(lines)
+	}()
+	timeout := time.After(90 * time.Second)
+	for c.url == "" || len(c.storagePIDs) < 3 {
+		select {
+		case l, ok := <-lines:
+			if !ok {
+				t.Fatalf("ffkit fs up exited before it was ready (logs in %s/logs)", dir)
+			}
+			if strings.HasPrefix(l, "ffkit://") {
+				c.url = l
+				continue
+			}
+			if f := strings.Fields(l); len(f) == 3 && f[0] == "pid" && strings.HasPrefix(f[1], "storage") {
+				pid, _ := strconv.Atoi(f[2])
+				c.storagePIDs = append(c.storagePIDs, pid)
+			}
+		case <-timeout:
+			t.Fatalf("ffkit fs up not ready in 90s (logs in %s/logs)", dir)
+		}
+	}
+	c.authority = strings.TrimPrefix(c.url, "ffkit://")
+	tok, err := client.ReadTokenFile(filepath.Join(dir, "token"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	c.fs, err = clusterfs.Open(ctx, c.authority, clusterfs.Options{Token: tok, RetryTimeout: 30 * time.Second})
+	if err != nil {
+		t.Fatalf("connect to %s: %v", c.url, err)
+	}
+	t.Cleanup(func() { c.fs.Close() })
+	return c
+}
+
+func TestPOSIXCluster(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a cluster")
+	}
+	c := startCluster(t)
+	ctx := context.Background()
+	if err := c.fs.MkdirAll(ctx, "/posix"); err != nil {
+		t.Fatal(err)
+	}
+	mnt, _ := mount(t, c.fs, "/posix", fuse.Options{})
+	fusetest.RunPOSIX(t, mnt, c.fs, "/posix")
+}
+
+// TestKillStorageDuringFio: fio writes a file with checksums through the
+// mount, then verifies it by reading it back while a storage process is
+// killed: reads fail over to another replica and fio finds every block good.
+func TestKillStorageDuringFio(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a cluster")
+	}
+	if _, err := exec.LookPath("fio"); err != nil {
+		t.Skip("fio is not installed")
+	}
+	c := startCluster(t)
+	mnt, srv := mount(t, c.fs, "/", fuse.Options{ReadAhead: -1}) // every read goes to storage
+	job := []string{"--name=killtest", "--directory=" + mnt, "--rw=write", "--bs=128k", "--size=48M",
+		"--verify=crc32c", "--ioengine=psync", "--direct=1", "--output-format=terse"}
+	if out, err := exec.Command("fio", append(job, "--do_verify=0")...).CombinedOutput(); err != nil {
+		t.Fatalf("fio write: %v\n%s", err, out)
+	}
+	// Read it back read-only (the mount's batched read path), verifying
+	// every block against the checksums written, at ~24 MiB/s: ~2 s of reads.
+	read := append([]string{}, job...)
+	read[2] = "--rw=read"
+	verify := exec.Command("fio", append(read, "--rate=24m")...)
+	var out strings.Builder
+	verify.Stdout, verify.Stderr = &out, &out
+	if err := verify.Start(); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(500 * time.Millisecond)
+	victim := c.storagePIDs[1]
+	if err := syscall.Kill(victim, syscall.SIGKILL); err != nil {
+		t.Fatalf("kill storage %d: %v", victim, err)
+	}
+	if err := verify.Wait(); err != nil {
+		t.Fatalf("fio verify while storage %d was killed: %v\n%s", victim, err, out.String())
+	}
+	if strings.Contains(out.String(), "verify:") || strings.Contains(out.String(), "bad") {
+		t.Fatalf("fio reported bad data:\n%s", out.String())
+	}
+	st := srv.Stats()
+	if st.Batches == 0 || st.ReadBytes < 48<<20 {
+		t.Errorf("the verify did not read through the batched path: %+v", st)
+	}
+	t.Logf("killed storage pid %d during the verify; mount stats %+v", victim, st)
+}
