@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -113,3 +114,12 @@ func sameTypes(t testing.TB, db *sql.DB, ours, want string) {
 func tmpPath(t testing.TB, name string) string { return filepath.Join(t.TempDir(), name) }
 
 var bg = context.Background()
+
+func runPython(code string) error {
+	cmd := exec.Command("python3", "-c", code)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("%v: %s", err, out)
+	}
+	return nil
+}

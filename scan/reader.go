@@ -222,7 +222,7 @@ func OpenFile(ctx context.Context, path string, bytesRead *atomic.Int64) (pf *Fi
 	}
 	pf = &File{Path: path, Schema: sc, Rows: meta.NumRows, Size: f.Size(), fsys: fsys, f: f,
 		coalesce: CoalesceLocal || fsys.String() != "local",
-		meta: meta, manifest: fr.Manifest, bytesRead: bytesRead}
+		meta:     meta, manifest: fr.Manifest, bytesRead: bytesRead}
 	for i := range fr.Manifest.Fields {
 		var leaves []int
 		var walk func(sf *pqarrow.SchemaField)
