@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	pathpkg "path"
 	"sync"
 
 	"github.com/ffkit/ffkit/fs"
@@ -27,9 +28,10 @@ type Workdir struct {
 	// Keep leaves the benchmark's files in place.
 	Keep bool
 
-	mu         sync.Mutex
-	created    []string // guarded by mu
-	createdDir bool
+	mu      sync.Mutex
+	created []string // guarded by mu
+	// createdDirs are the directories OpenWorkdir created, deepest first.
+	createdDirs []string
 }
 
 // OpenWorkdir resolves path and creates the directory if missing.
@@ -48,10 +50,19 @@ func OpenWorkdir(ctx context.Context, path string, keep bool) (*Workdir, error) 
 		return nil, fmt.Errorf("%w: %s is a file, not a directory", ErrBadArg, path)
 	case err == nil:
 	case errors.Is(err, fs.ErrNotExist):
+		// Remember which directories are new, so Cleanup removes them all.
+		for d := dir; ; d = pathpkg.Dir(d) {
+			if _, err := f.Stat(ctx, d); err == nil || !errors.Is(err, fs.ErrNotExist) {
+				break
+			}
+			w.createdDirs = append(w.createdDirs, d)
+			if d == "/" || d == "." || pathpkg.Dir(d) == d {
+				break
+			}
+		}
 		if err := f.MkdirAll(ctx, dir); err != nil {
 			return nil, fmt.Errorf("create %s: %w", path, err)
 		}
-		w.createdDir = true
 	default:
 		return nil, fmt.Errorf("stat %s: %w", path, err)
 	}
@@ -94,8 +105,8 @@ func (w *Workdir) Remove(ctx context.Context, name string) error {
 	return nil
 }
 
-// Cleanup removes the tracked files, and the directory if the benchmark
-// created it and it is empty, unless Keep. It returns the first error.
+// Cleanup removes the tracked files, and the directories OpenWorkdir
+// created if they are empty, unless Keep. It returns the first error.
 func (w *Workdir) Cleanup(ctx context.Context) error {
 	if w.Keep {
 		return nil
@@ -110,9 +121,12 @@ func (w *Workdir) Cleanup(ctx context.Context) error {
 			first = fmt.Errorf("remove %s: %w", w.Join(name), err)
 		}
 	}
-	if w.createdDir {
-		if ents, err := w.FS.List(ctx, w.Dir); err == nil && len(ents) == 0 {
-			w.FS.Remove(ctx, w.Dir)
+	for _, d := range w.createdDirs {
+		if ents, err := w.FS.List(ctx, d); err != nil || len(ents) != 0 {
+			break
+		}
+		if err := w.FS.Remove(ctx, d); err != nil {
+			break
 		}
 	}
 	return first

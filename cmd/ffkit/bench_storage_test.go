@@ -140,8 +140,11 @@ func TestBenchSweepReadCLI(t *testing.T) {
 	if _, err := os.Stat(dir); !os.IsNotExist(err) {
 		t.Errorf("work directory %s left behind: %v", dir, err)
 	}
-	if _, err := os.Stat(filepath.Join(tmp, "new")); err != nil {
-		t.Errorf("parent directory: %v", err)
+	if _, err := os.Stat(filepath.Join(tmp, "new")); !os.IsNotExist(err) {
+		t.Errorf("parent directory the benchmark created is left: %v", err)
+	}
+	if _, err := os.Stat(tmp); err != nil {
+		t.Errorf("pre-existing directory removed: %v", err)
 	}
 }
 

@@ -401,7 +401,7 @@ func sweepOutput(doc *sweepDoc, useFio bool) ([]bench.Table, *bench.Report) {
 	t.Notes = append(t.Notes,
 		fmt.Sprintf("%d run(s) per point, %.1fs each after %.1fs warm-up (excluded); %s.", doc.Runs, doc.DurationS, doc.WarmupS, doc.LatencyNote),
 		"MiB/s is total bytes over (last thread end - first thread start); naive-sum adds per-thread rates.",
-		"fio: 1 run per point on the same file (reads: iodepth = qd, numjobs = threads; writes: the same bytes per job, end_fsync=1); ratio = ffkit / fio.",
+		"fio: 1 run per point on the same file, or one of the same size in --fio-dir (reads: iodepth = qd, numjobs = threads; writes: the same bytes per job, end_fsync=1); ratio = ffkit / fio.",
 		fmt.Sprintf("best: block %s, queue depth %d, threads %d: %.1f MiB/s", bench.FormatSize(b.BlockSize), b.QueueDepth, b.Threads, b.MiBPerSec.Mean))
 	if doc.IOConfig != "" {
 		t.Notes = append(t.Notes, fmt.Sprintf("saved to %s (use: ffkit load --io-config %s)", doc.IOConfig, doc.IOConfig))
