@@ -19,6 +19,7 @@ import (
 	"github.com/ffkit/ffkit/fs/client"
 	"github.com/ffkit/ffkit/fs/kv"
 	"github.com/ffkit/ffkit/fs/kv/etcdkv"
+	"github.com/ffkit/ffkit/fs/kv/lease"
 	_ "github.com/ffkit/ffkit/fs/kv/memkv" // the "mem:" store spec
 	"github.com/ffkit/ffkit/fs/mgmtd"
 	"github.com/ffkit/ffkit/internal/errkind"
@@ -150,6 +151,7 @@ func newFSMgmtdCmd() *cobra.Command {
 		dir, listen, kvSpec, tokenFile, metrics, chunkSize string
 		replicas, expect                                   int
 		timers                                             clusterTimers
+		leaseTTL                                           time.Duration
 	)
 	c := &cobra.Command{
 		Use:   "mgmtd --dir DIR",
@@ -166,7 +168,14 @@ on exit), or etcd://HOST:PORT,... for an external etcd cluster.
 The cluster token is --token-file, else $FFKIT_TOKEN, else DIR/token
 (created with mode 0600). It is recorded for the printed URL in the user's
 ~/.config/ffkit/tokens.json so that local commands find it. The first line
-on stdout is the cluster URL, ffkit://HOST:PORT, once mgmtd serves.`,
+on stdout is the cluster URL, ffkit://HOST:PORT, once mgmtd serves.
+
+mgmtd serves only while it holds the primary lease in its store (renewed
+continuously, re-checked inside every write). Started on the same shared
+store (--kv etcd://...), a second 'fs mgmtd' is a standby: it waits, takes
+over --lease-ttl after the primary stops renewing, resumes the persisted
+state and then prints its URL. List both addresses in cluster URLs
+(ffkit://h1:p1,h2:p2) so that clients find whichever serves.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if dir == "" {
@@ -197,24 +206,50 @@ on stdout is the cluster URL, ffkit://HOST:PORT, once mgmtd serves.`,
 				return err
 			}
 			defer store.Close()
-			reg := prometheus.NewRegistry()
-			m, err := mgmtd.Start(ctx, mgmtd.Options{Listen: listen, Token: token, Store: store, Replicas: replicas,
-				ExpectTargets: expect, ChunkSize: cs, HeartbeatInterval: timers.heartbeat, FailTimeout: timers.failTimeout, Registry: reg})
+			// Primary election: mgmtd serves only while it holds the lease in
+			// the store, and every write re-checks it (fencing); a second
+			// 'fs mgmtd' on the same store is a standby that takes over when
+			// the primary stops renewing (package fs/kv/lease).
+			host, _ := os.Hostname()
+			id := fmt.Sprintf("%s/%s", host, listen)
+			if strings.HasSuffix(listen, ":0") {
+				id = fmt.Sprintf("%s/pid-%d", host, os.Getpid())
+			}
+			le, err := lease.New(store, lease.Options{Key: []byte("mgmtd/lease"), ID: id, TTL: leaseTTL})
 			if err != nil {
 				return err
 			}
-			defer m.Close()
-			if err := client.RecordToken(m.Addr(), token); err != nil {
-				warnf("could not record the token: %v", err)
+			if rec, ok, err := lease.Read(ctx, store, []byte("mgmtd/lease")); err == nil && ok && rec.Holder != id && time.Now().UnixNano() < rec.Expires {
+				fmt.Fprintf(os.Stderr, "mgmtd: standby: %s holds the primary lease; waiting to take over\n", rec.Holder)
 			}
-			maddr, err := serveMetrics(ctx, metrics, reg)
-			if err != nil {
-				return err
-			}
-			fmt.Fprintf(cmd.OutOrStdout(), "ffkit://%s\n", m.Addr())
-			fmt.Fprintf(os.Stderr, "mgmtd: serving on %s, state in %s, metrics on %s\n", m.Addr(), kvDesc, maddr)
-			<-ctx.Done()
-			return nil
+			printed := false
+			return lease.Serve(ctx, le, func(lctx context.Context) error {
+				reg := prometheus.NewRegistry()
+				m, err := mgmtd.Start(lctx, mgmtd.Options{Listen: listen, Token: token, Store: store, Replicas: replicas,
+					ExpectTargets: expect, ChunkSize: cs, HeartbeatInterval: timers.heartbeat, FailTimeout: timers.failTimeout, Registry: reg,
+					Fence: le.Fence})
+				if err != nil {
+					return err
+				}
+				defer m.Close()
+				if err := client.RecordToken(m.Addr(), token); err != nil {
+					warnf("could not record the token: %v", err)
+				}
+				maddr, err := serveMetrics(lctx, metrics, reg)
+				if err != nil {
+					return err
+				}
+				if !printed {
+					fmt.Fprintf(cmd.OutOrStdout(), "ffkit://%s\n", m.Addr())
+					printed = true
+				}
+				fmt.Fprintf(os.Stderr, "mgmtd: primary (lease epoch %d), serving on %s, state in %s, metrics on %s\n", le.Epoch(), m.Addr(), kvDesc, maddr)
+				<-lctx.Done()
+				if ctx.Err() == nil {
+					fmt.Fprintf(os.Stderr, "mgmtd: lost the primary lease; standing by\n")
+				}
+				return nil
+			})
 		},
 	}
 	c.Flags().StringVar(&dir, "dir", "", "directory for mgmtd's state and token (required)")
@@ -224,6 +259,7 @@ on stdout is the cluster URL, ffkit://HOST:PORT, once mgmtd serves.`,
 	c.Flags().StringVar(&metrics, "metrics-listen", "127.0.0.1:0", `Prometheus /metrics address ("" to disable)`)
 	c.Flags().StringVar(&chunkSize, "chunk-size", "4MiB", "default chunk size announced to clients")
 	c.Flags().IntVar(&replicas, "replicas", 3, "targets per chain")
+	c.Flags().DurationVar(&leaseTTL, "lease-ttl", 3*time.Second, "primary lease: a standby takes over this long after the primary stops renewing")
 	c.Flags().IntVar(&expect, "expect-targets", 0, "build the chain table once this many targets registered (0: never)")
 	timers.flags(c)
 	return c
