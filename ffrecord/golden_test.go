@@ -185,3 +185,40 @@ func TestGoldenWrite(t *testing.T) {
 		})
 	}
 }
+
+// WriteFrom (the one-copy path pack uses) writes the reference's bytes too,
+// and a source that ends early fails the file instead of publishing it.
+func TestGoldenWriteFrom(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	for name, g := range loadGolden(t) {
+		p := filepath.Join(dir, filepath.Base(name))
+		w, err := Create(ctx, p, g.N)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, s := range goldenSamples(name, int(g.N)) {
+			if err := w.WriteFrom(bytes.NewReader(s), int64(len(s))); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := w.Close(); err != nil {
+			t.Fatal(err)
+		}
+		b, _ := os.ReadFile(p)
+		if sum := sha256.Sum256(b); hex.EncodeToString(sum[:]) != g.SHA256 {
+			t.Fatalf("%s: WriteFrom bytes differ from the reference", name)
+		}
+	}
+	p := filepath.Join(dir, "short.ffr")
+	w, _ := Create(ctx, p, 1)
+	if err := w.WriteFrom(bytes.NewReader([]byte("abc")), 5); err == nil {
+		t.Fatal("short source accepted")
+	}
+	if err := w.Close(); err == nil {
+		t.Fatal("Close after a failed WriteFrom succeeded")
+	}
+	if _, err := os.Stat(p); !os.IsNotExist(err) {
+		t.Fatal("a failed file was published")
+	}
+}

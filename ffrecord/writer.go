@@ -12,6 +12,7 @@ import (
 	"strings"
 
 	"github.com/ffkit/ffkit/fs"
+	"github.com/ffkit/ffkit/internal/errkind"
 )
 
 // maxN bounds n so that the header length cannot overflow.
@@ -131,7 +132,44 @@ func (w *Writer) WriteOne(b []byte) error {
 // A wrong crc makes a file whose sample fails its checksum on read.
 func (w *Writer) WriteOneCRC(b []byte, crc uint32) error { return w.writeOne(b, crc) }
 
-func (w *Writer) writeOne(b []byte, crc uint32) error {
+// WriteFrom appends the next sample: exactly size bytes read from r.
+// Where the file system's writer reads straight into its own buffers (local
+// files do), the bytes are copied once, from r into the output, and
+// checksummed on the way. If r ends early the Writer fails.
+func (w *Writer) WriteFrom(r io.Reader, size int64) error {
+	if err := w.check(); err != nil {
+		return err
+	}
+	if size < 0 {
+		w.err = fmt.Errorf("%w: %s: sample %d: negative size %d", ErrIndex, w.path, len(w.crcs), size)
+		return w.err
+	}
+	h := crc32.NewIEEE()
+	src := io.TeeReader(io.LimitReader(r, size), h)
+	var dst io.Writer = w.w
+	if w.spool != nil {
+		dst = w.spoolW
+	}
+	var n int64
+	var err error
+	if rf, ok := dst.(io.ReaderFrom); ok {
+		n, err = rf.ReadFrom(src)
+	} else {
+		n, err = io.CopyBuffer(struct{ io.Writer }{dst}, src, make([]byte, min(size, 1<<20)+1))
+	}
+	if err == nil && n != size {
+		err = errkind.Wrap(errkind.Data, fmt.Errorf("the source gave %d of %d bytes", n, size))
+	}
+	if err != nil {
+		w.err = fmt.Errorf("ffrecord: %s: write sample %d: %w", w.path, len(w.crcs), err)
+		return w.err
+	}
+	w.crcs = append(w.crcs, h.Sum32())
+	w.lengths = append(w.lengths, size)
+	return nil
+}
+
+func (w *Writer) check() error {
 	if w.err != nil {
 		return w.err
 	}
@@ -141,6 +179,13 @@ func (w *Writer) writeOne(b []byte, crc uint32) error {
 	if int64(len(w.crcs)) >= w.n {
 		w.err = fmt.Errorf("%w: %s: sample %d is more than the %d samples the file was created for", ErrIndex, w.path, len(w.crcs), w.n)
 		return w.err
+	}
+	return nil
+}
+
+func (w *Writer) writeOne(b []byte, crc uint32) error {
+	if err := w.check(); err != nil {
+		return err
 	}
 	var err error
 	if w.spool != nil {
@@ -378,13 +423,40 @@ func (w *ShardedWriter) fail(err error) error {
 	return w.err
 }
 
+// WriteFrom appends the next sample: exactly size bytes read from r (see
+// Writer.WriteFrom). With ShardOptions.Sizes the bytes stream to the
+// output; otherwise they are buffered with the shard.
+func (w *ShardedWriter) WriteFrom(r io.Reader, size int64) error {
+	if w.err != nil {
+		return w.err
+	}
+	if w.plan == nil {
+		if size < 0 || size > 1<<40 {
+			return w.fail(fmt.Errorf("%w: %s: sample %d: bad size %d", ErrIndex, w.display, w.count, size))
+		}
+		b := make([]byte, size)
+		if _, err := io.ReadFull(r, b); err != nil {
+			return w.fail(errkind.Wrap(errkind.Data, fmt.Errorf("ffrecord: %s: sample %d: reading the source: %w", w.display, w.count, err)))
+		}
+		return w.Write(b)
+	}
+	return w.streamOne(size, func(cw *Writer) error { return cw.WriteFrom(r, size) })
+}
+
 func (w *ShardedWriter) writeStreaming(b []byte, crc uint32) error {
+	return w.streamOne(int64(len(b)), func(cw *Writer) error { return cw.writeOne(b, crc) })
+}
+
+func (w *ShardedWriter) streamOne(size int64, write func(*Writer) error) error {
+	if w.finished {
+		return fmt.Errorf("ffrecord: %s: write after Close", w.display)
+	}
 	i := w.count
 	if i >= int64(len(w.opts.Sizes)) {
 		return w.fail(fmt.Errorf("%w: %s: sample %d is more than the %d sizes given", ErrIndex, w.display, i, len(w.opts.Sizes)))
 	}
-	if int64(len(b)) != w.opts.Sizes[i] {
-		return w.fail(fmt.Errorf("%w: %s: sample %d has %d bytes, its size was given as %d", ErrIndex, w.display, i, len(b), w.opts.Sizes[i]))
+	if size != w.opts.Sizes[i] {
+		return w.fail(fmt.Errorf("%w: %s: sample %d has %d bytes, its size was given as %d", ErrIndex, w.display, i, size, w.opts.Sizes[i]))
 	}
 	if w.cur == nil {
 		shard := len(w.pending)
@@ -394,7 +466,7 @@ func (w *ShardedWriter) writeStreaming(b []byte, crc uint32) error {
 		}
 		w.cur = cw
 	}
-	if err := w.cur.writeOne(b, crc); err != nil {
+	if err := write(w.cur); err != nil {
 		return w.fail(err)
 	}
 	w.count++

@@ -22,7 +22,7 @@ import (
 
 	"github.com/spf13/cobra"
 	"golang.org/x/sync/errgroup"
-	"golang.org/x/sync/semaphore"
+	"golang.org/x/sys/unix"
 
 	"github.com/ffkit/ffkit/bench"
 	"github.com/ffkit/ffkit/ffrecord"
@@ -74,7 +74,7 @@ stderr is a terminal.`,
 	c.Flags().StringVarP(&f.out, "output", "o", "", "output: a .ffr file, or a directory of shards (required)")
 	c.Flags().StringVar(&f.shardSize, "shard-size", "256M", "target shard size for directory output (K, M, G suffixes)")
 	c.Flags().StringVar(&f.format, "format", "auto", "source format: auto, files, jsonl or tar")
-	c.Flags().IntVar(&f.workers, "workers", 8, "source reads in flight")
+	c.Flags().IntVar(&f.workers, "workers", 8, "source read-ahead requests in flight (the writer reads each sample once, straight into the output)")
 	c.Flags().StringVar(&f.indexFormat, "index-format", "jsonl", "sidecar index format: jsonl or csv")
 	c.Flags().Int64Var(&f.align, "align", 0, "start the data at a multiple of this many bytes (e.g. 4096, for O_DIRECT reads of page-sized samples); 0 = the reference's layout")
 	c.Flags().BoolVar(&f.force, "force", false, "replace an existing output")
@@ -158,7 +158,7 @@ func runPack(ctx context.Context, src string, f packFlags, shardSizeSet bool) er
 
 	var res packResult
 	res.Format = format
-	var sink func([]byte, uint32) error
+	var sink func(io.Reader, int64) error
 	var finish func() ([]string, error)
 	var abort func()
 	if single {
@@ -171,7 +171,7 @@ func runPack(ctx context.Context, src string, f packFlags, shardSizeSet bool) er
 		if err != nil {
 			return err
 		}
-		sink = w.WriteOneCRC
+		sink = w.WriteFrom
 		finish = func() ([]string, error) { return []string{f.out}, w.Close() }
 		abort = w.Abort
 	} else {
@@ -183,17 +183,17 @@ func runPack(ctx context.Context, src string, f packFlags, shardSizeSet bool) er
 			}
 			return err
 		}
-		sink = w.WriteCRC
+		sink = w.WriteFrom
 		finish = w.Close
 		abort = w.Abort
 	}
 
 	bar := newProgress(total, "pack")
-	if err := packStream(ctx, samples, f.workers, func(b []byte, crc uint32) error {
-		if err := sink(b, crc); err != nil {
+	if err := packStream(ctx, samples, f.workers, func(r io.Reader, size int64) error {
+		if err := sink(r, size); err != nil {
 			return err
 		}
-		bar.Add64(int64(len(b)))
+		bar.Add64(size)
 		return nil
 	}); err != nil {
 		abort()
@@ -412,118 +412,150 @@ func packListTar(ctx context.Context, path string) ([]packSample, error) {
 	return out, nil
 }
 
-// packStream reads the samples with up to workers reads in flight and
-// hands them to sink in order, with their CRC-32 computed by the reading
-// worker (off the writer's critical path). Memory is bounded by a byte budget.
-func packStream(ctx context.Context, samples []packSample, workers int, sink func([]byte, uint32) error) error {
-	const budget = 256 << 20
-	sem := semaphore.NewWeighted(budget)
-	type item struct {
-		data []byte
-		crc  uint32
-		err  error
-		cost int64
-		done chan struct{}
+// packStream hands the samples to sink in order, as readers of exactly
+// their bytes, so the writer reads each sample straight into its output
+// buffers (one copy). Ahead of the writer, up to workers goroutines ask the
+// kernel to read the next samples in (posix_fadvise WILLNEED), at most
+// packAhead bytes ahead, so cold sources are fetched in parallel without
+// being copied through our memory.
+func packStream(ctx context.Context, samples []packSample, workers int, sink func(r io.Reader, size int64) error) error {
+	const packAhead = 256 << 20
+	files := newPackFileCache()
+	defer files.close()
+	cum := make([]int64, len(samples)+1) // cum[i]: bytes before sample i
+	for i, s := range samples {
+		cum[i+1] = cum[i] + s.size
 	}
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	queue := make(chan *item, 4*workers)
-	g, gctx := errgroup.WithContext(ctx)
-	g.Go(func() error {
-		defer close(queue)
-		files := newPackFileCache()
-		defer files.close()
-		readers := &errgroup.Group{}
-		readers.SetLimit(workers)
-		defer readers.Wait()
-		for _, s := range samples {
-			it := &item{cost: min(s.size, budget), done: make(chan struct{})}
-			if err := sem.Acquire(gctx, it.cost); err != nil {
-				return err
+	var mu sync.Mutex
+	cond := sync.NewCond(&mu)
+	done := 0 // samples the writer has finished; guarded by mu
+	pctx, cancel := context.WithCancel(ctx)
+	var hints errgroup.Group
+	hints.SetLimit(workers)
+	schedDone := make(chan struct{})
+	go func() { // the scheduler: hints stay within packAhead of the writer
+		defer close(schedDone)
+		for j := range samples {
+			mu.Lock()
+			for cum[j]-cum[done] > packAhead && pctx.Err() == nil {
+				cond.Wait()
 			}
-			select {
-			case queue <- it:
-			case <-gctx.Done():
-				sem.Release(it.cost)
-				return gctx.Err()
+			mu.Unlock()
+			if pctx.Err() != nil {
+				return
 			}
-			readers.Go(func() error {
-				defer close(it.done)
-				it.data = packGetBuf(s.size)
-				it.err = files.readAt(s, it.data)
-				if it.err == nil {
-					it.crc = ffrecord.Checksum(it.data)
-				}
-				return nil
-			})
+			s := samples[j]
+			hints.Go(func() error { files.willNeed(s); return nil })
 		}
-		return nil
-	})
-	g.Go(func() error {
-		for it := range queue {
-			select {
-			case <-it.done:
-			case <-gctx.Done():
-				return gctx.Err()
-			}
-			if it.err != nil {
-				return it.err
-			}
-			err := sink(it.data, it.crc)
-			packPutBuf(it.data)
-			sem.Release(it.cost)
-			if err != nil {
-				return err
-			}
+	}()
+	defer func() {
+		cancel()
+		mu.Lock()
+		cond.Broadcast()
+		mu.Unlock()
+		<-schedDone
+		hints.Wait()
+	}()
+	for i, s := range samples {
+		if err := ctx.Err(); err != nil {
+			return err
 		}
-		return nil
-	})
-	err := g.Wait()
-	if err != nil && ctx.Err() != nil && errors.Is(err, context.Canceled) {
-		return err
+		if err := files.feed(s, sink); err != nil {
+			return err
+		}
+		mu.Lock()
+		done = i + 1
+		cond.Broadcast()
+		mu.Unlock()
 	}
-	return err
+	return nil
 }
 
-// packFileCache keeps source files open (one archive read by many workers).
+// packFileCache keeps shared source files (an archive, a JSON Lines file)
+// open for all samples.
 type packFileCache struct {
 	mu    sync.Mutex
-	files map[string]*os.File // guarded by mu; only for shared sources
+	files map[string]*os.File // guarded by mu
 }
 
 func newPackFileCache() *packFileCache { return &packFileCache{files: map[string]*os.File{}} }
 
-func (c *packFileCache) readAt(s packSample, buf []byte) error {
-	shared := s.shared
-	var fh *os.File
-	var err error
-	if shared {
-		c.mu.Lock()
-		fh = c.files[s.path]
-		if fh == nil {
-			fh, err = os.Open(s.path)
-			if err == nil {
-				c.files[s.path] = fh
-			}
-		}
-		c.mu.Unlock()
-	} else {
-		fh, err = os.Open(s.path)
-		if err == nil {
-			defer fh.Close()
-		}
+func (c *packFileCache) shared(path string) (*os.File, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if fh := c.files[path]; fh != nil {
+		return fh, nil
 	}
+	fh, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("pack: %w", err)
+	}
+	c.files[path] = fh
+	return fh, nil
+}
+
+// willNeed asks the kernel to start reading a sample's bytes.
+func (c *packFileCache) willNeed(s packSample) {
+	if s.shared {
+		if fh, err := c.shared(s.path); err == nil {
+			unix.Fadvise(int(fh.Fd()), s.off, s.size, unix.FADV_WILLNEED)
+		}
+		return
+	}
+	if fh, err := os.Open(s.path); err == nil {
+		unix.Fadvise(int(fh.Fd()), 0, s.size, unix.FADV_WILLNEED)
+		fh.Close()
+	}
+}
+
+// feed gives sink a reader of exactly the sample's bytes and checks that
+// the source still has exactly that many.
+func (c *packFileCache) feed(s packSample, sink func(io.Reader, int64) error) error {
+	changed := func(detail string) error {
+		return errkind.Wrap(errkind.Data, fmt.Errorf("pack: source %s changed while packing: %s", s.name, detail))
+	}
+	if s.shared {
+		fh, err := c.shared(s.path)
+		if err != nil {
+			return err
+		}
+		cr := &countingReader{r: io.NewSectionReader(fh, s.off, s.size)}
+		if err := sink(cr, s.size); err != nil {
+			if cr.n < s.size {
+				return changed(fmt.Sprintf("%d of %d bytes readable", cr.n, s.size))
+			}
+			return err
+		}
+		return nil
+	}
+	fh, err := os.Open(s.path)
 	if err != nil {
 		return fmt.Errorf("pack: %w", err)
 	}
-	n, err := fh.ReadAt(buf, s.off)
-	if n == len(buf) {
-		return nil
+	defer fh.Close()
+	cr := &countingReader{r: fh}
+	if err := sink(cr, s.size); err != nil {
+		if cr.n < s.size {
+			return changed(fmt.Sprintf("%d of %d bytes readable", cr.n, s.size))
+		}
+		return err
 	}
-	if err == nil || errors.Is(err, io.EOF) {
-		return errkind.Wrap(errkind.Data, fmt.Errorf("pack: %s: source %s shrank while packing (read %d of %d bytes)", s.path, s.name, n, len(buf)))
+	var one [1]byte
+	if n, _ := fh.Read(one[:]); n > 0 {
+		return changed(fmt.Sprintf("it has grown past %d bytes", s.size))
 	}
-	return fmt.Errorf("pack: read %s: %w", s.name, err)
+	return nil
+}
+
+type countingReader struct {
+	r io.Reader
+	n int64
+}
+
+func (c *countingReader) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	c.n += int64(n)
+	return n, err
 }
 
 func (c *packFileCache) close() {
@@ -531,36 +563,6 @@ func (c *packFileCache) close() {
 	defer c.mu.Unlock()
 	for _, f := range c.files {
 		f.Close()
-	}
-}
-
-// Buffers by power-of-two size class, so that packing many samples does
-// not allocate a buffer per sample.
-var packBufPools [48]sync.Pool
-
-func packSizeClass(n int64) int {
-	c := 0
-	for int64(1)<<c < n {
-		c++
-	}
-	return c
-}
-
-func packGetBuf(n int64) []byte {
-	c := packSizeClass(n)
-	if c >= len(packBufPools) {
-		return make([]byte, n)
-	}
-	if b, ok := packBufPools[c].Get().(*[]byte); ok {
-		return (*b)[:n]
-	}
-	return make([]byte, n, int64(1)<<c)
-}
-
-func packPutBuf(b []byte) {
-	c := packSizeClass(int64(cap(b)))
-	if c < len(packBufPools) && int64(1)<<c == int64(cap(b)) {
-		packBufPools[c].Put(&b)
 	}
 }
 
