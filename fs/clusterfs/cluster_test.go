@@ -15,6 +15,7 @@ import (
 	"github.com/ffkit/ffkit/fs/client"
 	"github.com/ffkit/ffkit/fs/fstest"
 	"github.com/ffkit/ffkit/fs/kv"
+	"github.com/ffkit/ffkit/fs/kv/etcdkv"
 	"github.com/ffkit/ffkit/fs/kv/memkv"
 	"github.com/ffkit/ffkit/fs/meta"
 	"github.com/ffkit/ffkit/fs/mgmtd"
@@ -344,4 +345,115 @@ func sortStrings(s []string) []string {
 		}
 	}
 	return out
+}
+
+// The multi-server test on a real three-member etcd cluster: mgmtd and
+// three metadata servers share it; two metadata servers are killed
+// mid-operations, and an etcd member too.
+func TestKillMetaServerOnEtcdCluster(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a three-member etcd cluster")
+	}
+	ctx := context.Background()
+	ecl, err := etcdkv.StartCluster(ctx, t.TempDir(), 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ecl.Close()
+	store, err := etcdkv.Open(ctx, ecl.Endpoints(), etcdkv.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	c := startCluster(t, store, 3)
+	f := c.open(t)
+	const workers = 3
+	var wg sync.WaitGroup
+	errs := make(chan error, workers)
+	stop := make(chan struct{})
+	done := make([]int, workers)
+	for w := 0; w < workers; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			dir := fmt.Sprintf("/e%d", w)
+			if err := f.MkdirAll(ctx, dir); err != nil {
+				errs <- err
+				return
+			}
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					done[w] = i
+					return
+				default:
+				}
+				a, b := fmt.Sprintf("%s/f%d", dir, i), fmt.Sprintf("%s/g%d", dir, i)
+				w, err := f.Create(ctx, a)
+				if err != nil {
+					errs <- fmt.Errorf("create %s: %w", a, err)
+					return
+				}
+				w.Write([]byte(a))
+				if err := w.Commit(); err != nil {
+					errs <- fmt.Errorf("commit %s: %w", a, err)
+					return
+				}
+				if err := f.Rename(ctx, a, b); err != nil {
+					errs <- fmt.Errorf("rename %s: %w", a, err)
+					return
+				}
+				if i%2 == 0 {
+					if err := f.Remove(ctx, b); err != nil {
+						errs <- fmt.Errorf("remove %s: %w", b, err)
+						return
+					}
+				}
+			}
+		}()
+	}
+	time.Sleep(500 * time.Millisecond)
+	c.metas[0].Kill()
+	c.metas[0] = nil
+	time.Sleep(500 * time.Millisecond)
+	ecl.StopMember(2) // and an etcd member: the majority carries on
+	c.metas[1].Kill()
+	c.metas[1] = nil
+	time.Sleep(500 * time.Millisecond)
+	close(stop)
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	for w := 0; w < workers; w++ {
+		dir := fmt.Sprintf("/e%d", w)
+		infos, err := f.List(ctx, dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got, want []string
+		for _, fi := range infos {
+			got = append(got, fi.Name)
+		}
+		for i := 0; i < done[w]; i++ {
+			if i%2 == 1 {
+				want = append(want, fmt.Sprintf("g%d", i))
+				// Each surviving file holds what was written under its first name.
+				r, err := f.Open(ctx, fmt.Sprintf("%s/g%d", dir, i), fs.OpenOptions{})
+				if err != nil {
+					t.Fatal(err)
+				}
+				buf := make([]byte, r.Size())
+				r.ReadAt(buf, 0)
+				if string(buf) != fmt.Sprintf("%s/f%d", dir, i) {
+					t.Fatalf("%s/g%d holds %q", dir, i, buf)
+				}
+			}
+		}
+		if fmt.Sprint(sortStrings(got)) != fmt.Sprint(sortStrings(want)) {
+			t.Fatalf("%s holds %v, want %v", dir, got, want)
+		}
+	}
+	t.Logf("operations per worker: %v", done)
 }

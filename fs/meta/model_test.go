@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/ffkit/ffkit/fs/kv"
+	"github.com/ffkit/ffkit/fs/kv/etcdkv"
 )
 
 // model is the reference: a set of paths, each a file or a directory.
@@ -291,4 +292,16 @@ func TestModelMemKV(t *testing.T) {
 	for seed := uint64(1); seed <= 5; seed++ {
 		runModel(t, nil, seed, 600)
 	}
+}
+
+func TestModelEtcd(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts an embedded etcd")
+	}
+	s, _, err := etcdkv.OpenEmbedded(context.Background(), t.TempDir(), "", etcdkv.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	runModel(t, s, 11, 300)
 }
