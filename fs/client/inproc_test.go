@@ -24,11 +24,11 @@ type inproc struct {
 	mopts    mgmtd.Options
 }
 
-func startStorage(t *testing.T, dir string, node int, maddr string) *storage.Service {
+func startStorage(t testing.TB, dir string, node int, maddr string) *storage.Service {
 	return startStorageVFS(t, dir, node, maddr, nil)
 }
 
-func startStorageVFS(t *testing.T, dir string, node int, maddr string, vfs storage.VFS) *storage.Service {
+func startStorageVFS(t testing.TB, dir string, node int, maddr string, vfs storage.VFS) *storage.Service {
 	var tcs []storage.TargetConfig
 	for i := 1; i <= 2; i++ {
 		tcs = append(tcs, storage.TargetConfig{ID: proto.TargetID(node*100 + i), Dir: filepath.Join(dir, fmt.Sprintf("s%d/t%d", node, i))})
@@ -41,7 +41,7 @@ func startStorageVFS(t *testing.T, dir string, node int, maddr string, vfs stora
 	return s
 }
 
-func startInproc(t *testing.T) *inproc {
+func startInproc(t testing.TB) *inproc {
 	t.Helper()
 	c := &inproc{dir: t.TempDir()}
 	c.mopts = mgmtd.Options{Token: "tok", Store: memkv.New(memkv.Options{}), Replicas: 3, ExpectTargets: 6,
@@ -81,7 +81,7 @@ func allServing(r *proto.Routing) bool {
 	return true
 }
 
-func waitServing(t *testing.T, m *mgmtd.Server, d time.Duration) {
+func waitServing(t testing.TB, m *mgmtd.Server, d time.Duration) {
 	t.Helper()
 	deadline := time.Now().Add(d)
 	for !allServing(m.Routing()) {

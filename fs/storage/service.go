@@ -481,11 +481,22 @@ func (s *Service) applyChain(ctx context.Context, ts *tstate, chain proto.ChainI
 	if ch := s.routing.Load().Chain(chain); ch != nil {
 		u.chainVer = ch.Version
 	}
-	nv, err := ts.prepare(id, c, u)
+	nv, durable, err := ts.prepareAsync(id, c, u)
 	if err != nil {
 		return nil, err
 	}
-	if err := s.forward(ctx, ts, chain, id, nv, u, tag); err != nil {
+	// The local fsync runs while the update travels down the chain: the
+	// acknowledgement still waits for both.
+	synced := make(chan error, 1)
+	go func() { synced <- durable() }()
+	err = s.forward(ctx, ts, chain, id, nv, u, tag)
+	if serr := <-synced; serr != nil {
+		if !errors.Is(serr, proto.ErrNoSpace) {
+			s.diskError(ts, serr)
+		}
+		return nil, serr
+	}
+	if err != nil {
 		if errors.Is(err, proto.ErrNoSpace) || errors.Is(err, proto.ErrBadRequest) {
 			// Refused for good further down the chain, before any commit:
 			// the update did not happen, so its pending version goes too
@@ -714,6 +725,15 @@ func (s *Service) readOne(io *proto.ReadIO) ([]byte, error) {
 		s.repair(ts, ch, err)
 	}
 	return buf, err
+}
+
+// diskError takes a target whose disk failed an fsync out of service (it
+// rejoins through resync, as after a restart).
+func (s *Service) diskError(ts *tstate, err error) {
+	if ts.phase.Swap(int32(phaseRestarting)) != int32(phaseRestarting) {
+		s.logf("target %d: disk error, leaving the chain: %v", ts.ID, err)
+		s.kickHeartbeat()
+	}
 }
 
 // repair takes a target with a corrupt chunk out of service so that it

@@ -379,10 +379,27 @@ type update struct {
 	chainVer uint64
 }
 
-// prepare builds the pending version u.ver of chunk id from its committed
-// version and the update, writes it to a pending file and fsyncs it. The
-// caller holds the chunk lock. A failure leaves nothing behind.
+// prepare builds the pending version u.ver of chunk id and makes it
+// durable before returning (prepareAsync, then its durable step).
 func (t *Target) prepare(id proto.ChunkID, c *chunk, u update) (*version, error) {
+	nv, durable, err := t.prepareAsync(id, c, u)
+	if err != nil {
+		return nil, err
+	}
+	if err := durable(); err != nil {
+		return nil, err
+	}
+	return nv, nil
+}
+
+// prepareAsync builds the pending version u.ver of chunk id from its
+// committed version and the update and writes it to a pending file; the
+// version is pending (reads answer "not committed") when it returns. The
+// returned durable function fsyncs the file and its directory entry; the
+// caller runs it, possibly while it forwards the update, and must not
+// commit or acknowledge before it returned nil. The caller holds the chunk
+// lock. A failure (of either step) leaves nothing behind.
+func (t *Target) prepareAsync(id proto.ChunkID, c *chunk, u update) (*version, func() error, error) {
 	t.mu.Lock()
 	base := c.committed
 	corrupt := c.corrupt
@@ -399,18 +416,18 @@ func (t *Target) prepare(id proto.ChunkID, c *chunk, u update) (*version, error)
 		base = nil
 	}
 	if corrupt && !u.full && u.op != proto.OpRemove {
-		return nil, fmt.Errorf("%w: chunk %v on target %d is corrupt; waiting for repair", proto.ErrChecksum, id, t.ID)
+		return nil, nil, fmt.Errorf("%w: chunk %v on target %d is corrupt; waiting for repair", proto.ErrChecksum, id, t.ID)
 	}
 	nv := &version{ver: u.ver, chainVer: u.chainVer}
 	p := t.path(id, u.ver, true)
 	f, err := t.vfs.Create(p)
 	if err != nil {
-		return nil, t.ioErr("create", p, err)
+		return nil, nil, t.ioErr("create", p, err)
 	}
-	fail := func(what string, err error) (*version, error) {
+	fail := func(what string, err error) (*version, func() error, error) {
 		f.Close()
 		t.vfs.Remove(p)
-		return nil, t.ioErr(what, p, err)
+		return nil, nil, t.ioErr(what, p, err)
 	}
 	var oldLen int64
 	var oldCRCs []uint32
@@ -488,18 +505,32 @@ func (t *Target) prepare(id proto.ChunkID, c *chunk, u update) (*version, error)
 	if _, err := f.WriteAt(encodeHeader(nv), 0); err != nil {
 		return fail("write header", err)
 	}
-	if err := f.Sync(); err != nil {
-		return fail("fsync", err)
-	}
-	if err := f.Close(); err != nil {
-		t.vfs.Remove(p)
-		return nil, t.ioErr("close", p, err)
-	}
 	t.mu.Lock()
 	c.pending = nv
 	c.pendingSince = time.Now()
 	t.mu.Unlock()
-	return nv, nil
+	durable := func() error {
+		err := f.Sync()
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+		if err == nil {
+			// The pending file's directory entry: shared by concurrent
+			// updates of the target (one fsync for all that arrived).
+			err = t.dirSync.sync(func() error { return t.vfs.SyncDir(t.chunkDir()) })
+		}
+		if err != nil {
+			t.mu.Lock()
+			if c.pending == nv {
+				c.pending = nil
+			}
+			t.mu.Unlock()
+			t.vfs.Remove(p)
+			return t.ioErr("fsync", p, err)
+		}
+		return nil
+	}
+	return nv, durable, nil
 }
 
 func blockCRCs(data []byte) []uint32 {
@@ -518,9 +549,12 @@ func (t *Target) ioErr(what, p string, err error) error {
 	return fmt.Errorf("%w: target %d: %s %s: %v", proto.ErrIO, t.ID, what, p, err)
 }
 
-// commit makes the pending version committed: rename, fsync the directory
-// (the commit is durable before anyone is told), drop the old file. The
-// caller holds the chunk lock.
+// commit makes the pending version committed: rename it and drop the old
+// file. The rename is not fsynced: the pending version is already durable
+// (file and directory entry), and if a power loss undoes the rename the
+// version comes back pending and recovery commits it (the head re-drives
+// its pending versions; any other replica is resynced on restart), so an
+// acknowledged write is never rolled back. The caller holds the chunk lock.
 func (t *Target) commit(id proto.ChunkID, c *chunk) (*version, error) {
 	t.mu.Lock()
 	nv, old := c.pending, c.committed
@@ -530,9 +564,6 @@ func (t *Target) commit(id proto.ChunkID, c *chunk) (*version, error) {
 	}
 	if err := t.vfs.Rename(t.path(id, nv.ver, true), t.path(id, nv.ver, false)); err != nil {
 		return nil, t.ioErr("commit", t.path(id, nv.ver, true), err)
-	}
-	if err := t.dirSync.sync(func() error { return t.vfs.SyncDir(t.chunkDir()) }); err != nil {
-		return nil, t.ioErr("fsync dir", t.chunkDir(), err)
 	}
 	t.mu.Lock()
 	c.committed, c.pending, c.corrupt = nv, nil, false

@@ -84,17 +84,22 @@ func runDataPlaneBench(b *testing.B, size int64) {
 		return float64(size) / time.Since(start).Seconds() / (1 << 20)
 	}
 	diskReadCold := readFile()
-	diskReadWarm := readFile()
-	tcp := tcpLoopback(b, size)
+	diskReadWarm := max(readFile(), readFile())
+	tcp := max(tcpLoopback(b, size), tcpLoopback(b, size)) // best of two: the machine is shared
 
-	// Cluster writes: whole 4 MiB chunks, 8 in flight.
+	// Cluster writes: whole 4 MiB chunks, FFKIT_BENCH_WRITERS in flight
+	// (default 16: a writer of a large file keeps many chunks going).
+	writers := 16
+	if v, err := strconv.Atoi(os.Getenv("FFKIT_BENCH_WRITERS")); err == nil && v > 0 {
+		writers = v
+	}
 	payload := make([]byte, chunk)
 	for i := range payload {
 		payload[i] = byte(rand.Uint32())
 	}
 	start = time.Now()
 	g, gctx := errgroup.WithContext(ctx)
-	g.SetLimit(8)
+	g.SetLimit(writers)
 	for i := 0; i < nChunks; i++ {
 		g.Go(func() error {
 			return c.cl.WriteChunk(gctx, chains[i%len(chains)], client.ChunkID{Inode: 1, Index: uint64(i)}, 0, payload)
@@ -122,7 +127,7 @@ func runDataPlaneBench(b *testing.B, size int64) {
 	}
 	dropCache(c.dir)
 	readCold := seqRead()
-	readWarm := seqRead()
+	readWarm := max(seqRead(), seqRead())
 
 	// Batched 4 KiB random reads: batches of 256, 4 batches in flight.
 	cpu0 := c.cpuTime()
@@ -160,7 +165,7 @@ func runDataPlaneBench(b *testing.B, size int64) {
 	iops := float64(ios) / el
 
 	fmt.Printf("\nffkit data plane, 3 storage processes x 2 targets, 3 replicas, one machine; data %d MiB in 4 MiB chunks\n", size>>20)
-	report("sequential write (4 MiB chunks)", clusterWrite, diskWrite, "MiB/s", "disk seq write (fsync)", "")
+	report(fmt.Sprintf("write, 4 MiB chunks, %d in flight", writers), clusterWrite, diskWrite, "MiB/s", "disk seq write (fsync)", "")
 	report("sequential read, cold", readCold, min(tcp, diskReadCold), "MiB/s", fmt.Sprintf("min(tcp %.0f, disk cold %.0f)", tcp, diskReadCold), "")
 	report("sequential read, warm", readWarm, min(tcp, diskReadWarm), "MiB/s", fmt.Sprintf("min(tcp %.0f, disk warm %.0f)", tcp, diskReadWarm), "")
 	fmt.Printf("%-34s %10.0f IOPS   CPU %.1f us per IO (client + 3 storage processes), warm page cache\n", "4 KiB random reads, batches of 256", iops, cpu.Seconds()/float64(ios)*1e6)
