@@ -27,8 +27,22 @@
 //   - IOConfig is the small JSON file `ffkit bench sweep` writes with the best
 //     configuration and `ffkit load --io-config FILE` reads.
 //   - Report renders a self-contained HTML page with inline SVG charts.
+//   - Workdir is a benchmark's directory on any fs.FS (resolved with
+//     fs.Resolve, so local paths and ffkit:// URLs alike): it creates it,
+//     tracks the files the benchmark makes and removes them (and the
+//     directories it created) afterwards; files that were there are never
+//     touched. Pattern gives incompressible, non-repeating data to write.
+//   - ThrottledFS wraps an fs.FS so every read and write costs time on a
+//     Clock at a configured rate: the fault-injection style wrapper the
+//     core's own tests (and any benchmark's) run against.
 //
 // Concurrency: Run, Repeat and RunFio may be called from any goroutine; a
-// Recorder and a ManualClock are safe for concurrent use; Table and Report
-// belong to one goroutine.
+// Recorder, a ManualClock, a ThrottledFS and a Workdir are safe for
+// concurrent use; Table and Report belong to one goroutine. Run calls an
+// Op from one goroutine per worker, so per-worker state indexed by the
+// worker number needs no lock.
+//
+// Ownership: Result.Spans and the slices in a Repeated belong to the
+// caller; Pattern.Chunk returns a slice shared with the pattern, valid
+// until the next call.
 package bench
