@@ -83,7 +83,7 @@ type Job struct {
 	Retries int
 	// Progress, if set, is called with rows processed and rows planned. It
 	// is called from one goroutine at a time.
-	Progress func(done, total int64)
+	Progress func(done, total int64) `json:"-"`
 }
 
 // Summary reports what a job did.
