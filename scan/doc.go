@@ -1,4 +1,77 @@
-// Package scan runs SmallPond-style columnar jobs over Parquet files.
+// Package scan runs SmallPond-style columnar jobs over Parquet files, on a
+// local disk or on the ffkit cluster: every byte goes through the fs.FS
+// interface.
+//
+// # Reading
+//
+// OpenFile decodes a file's footer (validated: every column chunk must lie
+// inside the data area, so a truncated file fails at open with ErrCorrupt
+// naming it). File.ReadRowGroup decodes the chosen top-level columns of one
+// row group into an Arrow record batch through arrow-go's pqarrow. Scans
+// prune whole row groups whose min/max/null-count statistics rule the
+// filter out (expr.MayMatch), read the filter's columns first and the
+// other projected columns only for row groups where some row passes, and
+// decode row groups in parallel (Workers) while handing results on in input
+// order. For remote files (and local ones with CoalesceLocal) a row group's
+// column chunks are fetched first with reads merged across holes up to
+// CoalesceGap, all issued in one fs.ReadBatch, so the storage runs them in
+// parallel. Decoders (and their decompression buffers) are reused across
+// row groups. Bytes read are counted at the fs.File boundary.
+//
+// Scan is the Go API for Arrow record batches out:
+//
+//	st, err := scan.Scan(ctx, []string{"data/"}, scan.ScanOptions{
+//		Columns: "id, score * 2 AS s2", Where: "lang = 'en' AND score > 0.9"},
+//		func(rec arrow.RecordBatch) error { ...; return nil })
+//
+// # Jobs
+//
+// Run runs a Job, a small DAG as in SmallPond:
+//
+//	read (files, globs, directories)
+//	  -> partition: one partition, by files, by rows (cut at row offsets), or
+//	     by the hash of columns into N (see hash.go for the exact rule)
+//	  -> transform per partition: native filter / projection / computed
+//	     columns, group-by aggregates (count, sum, min, max, mean; partial
+//	     tables merged), or SQL through DuckDB with the partition as the
+//	     table input (and input2, the second input hash-partitioned the
+//	     same way, for a partition-wise join), with a per-task memory limit
+//	  -> write Parquet (zstd level 3, 122,880-row row groups, dictionaries
+//	     for strings, statistics and page index, the Arrow schema stored),
+//	     FFRecord (one sample per row from a binary/string column), CSV,
+//	     JSON lines, or an Arrow IPC file.
+//
+// A directory output holds part-PPPPP[-KKKKK].EXT files, at least one per
+// partition (a partition that got no rows gets a schema-only file), and a
+// _ffkit work directory: job.json (the job's fingerprint: a hash of the
+// inputs' paths, sizes and modification times, the query and the options)
+// and tasks/NAME.json, one marker per published task. Each task attempt
+// writes into _ffkit/staging/TASK.FP.ATTEMPT, its files are renamed into
+// place, and the marker is written last. A rerun of the same job skips the
+// tasks with markers; a job with another fingerprint first removes the old
+// part files and work directory, so stale partitions are never reused. A
+// failed task is retried Retries times unless the error is bad data or bad
+// usage. Parquet outputs carry the fingerprint, task and partition in their
+// key-value metadata (KeyFingerprint, KeyPartition, ...). An output ending
+// in the format's extension is one file; its parts are built in a hidden
+// sibling directory and merged, and a rerun of a job whose output file
+// already carries its fingerprint does nothing.
+//
+// # Serving Python without copies
+//
+// The engine runs in its own process, so Arrow C data pointers cannot
+// cross into Python. A job with Format "arrow" (ffkit scan ... --format
+// arrow -o /dev/shm/x.arrow --json) writes an uncompressed Arrow IPC file:
+// pyarrow maps it with pa.ipc.open_file(pa.memory_map(path)).read_all()
+// and gets a Table whose buffers point into the page cache (tmpfs for
+// /dev/shm), without copying or decoding. The --json summary names the file.
+//
+// # Concurrency and ownership
+//
+// Run and Scan may be called concurrently. A File is safe for concurrent
+// use. Record batches passed to Scan's callback are released after it
+// returns. All goroutines are owned by errgroups and stopped before Run or
+// Scan returns.
 package scan
 
 import "runtime"
