@@ -1060,8 +1060,12 @@ func (d *dedup) sweep(age time.Duration) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	for k, f := range d.m {
-		if !f.at.IsZero() && time.Since(f.at) > age {
-			delete(d.m, k)
+		select {
+		case <-f.done: // f.at is set before done closes
+			if time.Since(f.at) > age {
+				delete(d.m, k)
+			}
+		default:
 		}
 	}
 }
