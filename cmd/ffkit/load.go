@@ -79,7 +79,8 @@ order separated by spaces, and nothing else on stdout.
 the loader state (a few integers and the dataset's fingerprint); --resume
 FILE continues from it, with the same or another --world-size/--rank:
 across the new ranks every remaining sample of the epoch is delivered
-exactly once. A state of other data is refused.
+exactly once. The state's seed and shuffle apply unless given; a state of
+other data is refused.
 
 Several PATHs are one dataset; with --weights they are a weighted mixture
 (one weight per PATH) with exact proportions per epoch.`,
@@ -129,6 +130,25 @@ Several PATHs are one dataset; with --weights they are a weighted mixture
 			if o.BlockSize > 0 && !o.Shuffle {
 				return usagef("--block-size needs --shuffle")
 			}
+			// A resume state brings its order: seed and shuffle follow it
+			// unless given (and then Restore checks that they match).
+			var resumeState *loader.State
+			if resume != "" {
+				st, err := loader.ReadStateFile(resume)
+				if err != nil {
+					return err
+				}
+				resumeState = &st
+				if !f.Changed("seed") {
+					o.Seed = st.Seed
+				}
+				if !f.Changed("shuffle") && !f.Changed("block-size") {
+					o.Shuffle = st.Shuffle != loader.Sequential.String()
+					if st.Shuffle == loader.Block.String() {
+						o.BlockSize, o.Window = st.BlockSize, st.Window
+					}
+				}
+			}
 			o.Watchdog = watchdog
 			if watchdog == 0 {
 				o.Watchdog = -1
@@ -158,12 +178,8 @@ Several PATHs are one dataset; with --weights they are a weighted mixture
 				return err
 			}
 			defer l.Close()
-			if resume != "" {
-				st, err := loader.ReadStateFile(resume)
-				if err != nil {
-					return err
-				}
-				if err := l.Restore(st); err != nil {
+			if resumeState != nil {
+				if err := l.Restore(*resumeState); err != nil {
 					return fmt.Errorf("--resume %s: %w", resume, err)
 				}
 			}

@@ -210,7 +210,8 @@ func TestLoadCLISaveStateResumeElastic(t *testing.T) {
 	if n := len(parseLoadIndices(t, first.stdout)); n != 13 {
 		t.Fatalf("--stop-after-batches 13 printed %d batches", n)
 	}
-	rest := runLoad(t, ds, "--batch-size", "16", "--shuffle", "--seed", "9", "--epochs", "2", "--rank", "1", "--world-size", "3",
+	// The state brings its seed and shuffle.
+	rest := runLoad(t, ds, "--batch-size", "16", "--epochs", "2", "--rank", "1", "--world-size", "3",
 		"--print-indices", "--resume", state)
 	if rest.code != 0 {
 		t.Fatal(rest.stderr)
@@ -256,6 +257,11 @@ func TestLoadCLISaveStateResumeElastic(t *testing.T) {
 	bad := runLoad(t, other, "--batch-size", "16", "--shuffle", "--seed", "9", "--resume", state)
 	if bad.code != 2 || !strings.Contains(bad.stderr, "other data") {
 		t.Fatalf("resume on another dataset: exit %d, %s", bad.code, bad.stderr)
+	}
+	// ... and so is another seed given explicitly.
+	seed := runLoad(t, ds, "--batch-size", "16", "--shuffle", "--seed", "10", "--resume", state)
+	if seed.code != 2 || !strings.Contains(seed.stderr, "seed 9") {
+		t.Fatalf("resume with another seed: exit %d, %s", seed.code, seed.stderr)
 	}
 }
 
