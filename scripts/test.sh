@@ -6,6 +6,7 @@ cd "$(dirname "$0")/.."
 go vet ./...
 go test -count=1 -timeout 20m ./...
 go test -race -count=1 -timeout 5m ./bench/
+go test -race -count=1 -timeout 5m ./fs/transport/ ./fs/mgmtd/ ./fs/storage/ ./fs/client/
 if [ -f python/pyproject.toml ]; then
   python3 -m pytest -q python/tests
 fi
