@@ -68,13 +68,13 @@ func (ra *readahead) read(buf []byte, off int64) bool {
 	}
 	first := off / ra.bs * ra.bs
 	_, inWindow := ra.blocks[first]
-	seq := off == ra.next
+	// Near the stream's head: at most one block past it, or behind it
+	// inside the window (the kernel sends the pieces of a large request,
+	// and its own read-ahead, in parallel, so they arrive out of order).
+	near := off <= ra.next+ra.bs && off >= ra.next-ra.window
 	switch {
-	case seq:
+	case near || inWindow:
 		ra.streak++
-		ra.next = end
-	case inWindow:
-		// Out of order inside the window (the kernel's async reads).
 		ra.next = max(ra.next, end)
 	default:
 		ra.streak = 0
