@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -129,6 +130,12 @@ func runSweep(ctx context.Context, o *sweepOpts, path string) error {
 		}
 	}
 
+	// Every (thread, depth slot) holds a buffer of the largest block.
+	const maxBuffers = 4 << 30
+	if mem := int64(slices.Max(ths)) * int64(slices.Max(qds)) * slices.Max(bss); mem > maxBuffers {
+		return usagef("threads x queue depth x block size needs %s of buffers (max %s): use fewer threads, a lower depth or smaller blocks",
+			bench.FormatBytes(mem), bench.FormatBytes(maxBuffers))
+	}
 	w, err := bench.OpenWorkdir(ctx, path, o.keep)
 	if err != nil {
 		return err
@@ -287,7 +294,12 @@ func sweepRead(ctx context.Context, o *sweepOpts, w *bench.Workdir, name string,
 // out of file before --duration ends.
 func sweepWrite(ctx context.Context, o *sweepOpts, w *bench.Workdir, maxSize, bs int64, qd, th int) (*bench.Repeated, error) {
 	streams := th * qd
-	pat := bench.NewPattern(int(bs), 1)
+	// One pattern per stream: Chunk stamps the shared block, so streams
+	// must not share one.
+	pats := make([]*bench.Pattern, streams)
+	for i := range pats {
+		pats[i] = bench.NewPattern(int(bs), uint64(i+1))
+	}
 	maxSize = max(maxSize, bs)
 	return bench.RepeatFunc(ctx, o.runs, func(ctx context.Context, run int) (*bench.Result, error) {
 		writers := make([]fs.Writer, streams)
@@ -335,7 +347,7 @@ func sweepWrite(ctx context.Context, o *sweepOpts, w *bench.Workdir, maxSize, bs
 					return 0, err
 				}
 			}
-			if _, err := writers[s].Write(pat.Chunk(written[s], int(bs))); err != nil {
+			if _, err := writers[s].Write(pats[s].Chunk(written[s], int(bs))); err != nil {
 				return 0, err
 			}
 			written[s] += bs
