@@ -197,13 +197,16 @@ type marker struct {
 }
 
 type runner struct {
-	job        Job
-	src, src2  *Source
-	q          *query // native transform (nil with SQL)
-	agg        *aggPlan
-	fp         string
-	fsys       fs.FS
-	single     bool   // Output is one file
+	job       Job
+	src, src2 *Source
+	q         *query // native transform (nil with SQL)
+	agg       *aggPlan
+	fp        string
+	fsys      fs.FS
+	single    bool // Output is one file
+	// direct: a single-file Parquet output made by one task; the output
+	// file's fingerprint is the only record needed (no job.json, markers)
+	direct     bool
 	outDir     string // user-form directory the part files are published in
 	work       string // user-form work directory
 	partitions int
@@ -438,11 +441,16 @@ func (r *runner) prepareOutput(ctx context.Context) (bool, error) {
 		if st, err := fsys.Stat(ctx, inner); err == nil && !st.IsDir && j.Format == FormatParquet {
 			if f, err := OpenFile(ctx, j.Output, nil); err == nil {
 				fp, _ := f.KeyValue(KeyFingerprint)
+				r.sum.RowsOut = f.Rows
 				f.Close()
 				if fp == r.fp {
 					return true, nil
 				}
 			}
+		}
+		r.direct = j.Format == FormatParquet && j.SQL == "" && (r.agg != nil || (r.partitions == 1 && j.hashColumns() == nil))
+		if r.direct {
+			return false, removeAll(ctx, r.work)
 		}
 	} else {
 		r.outDir = j.Output
@@ -873,7 +881,9 @@ func (r *runner) runTask(ctx context.Context, name, dest string, fn taskFn) (mar
 	r.mu.Lock()
 	r.sum.Tasks++
 	r.mu.Unlock()
-	if m, ok := r.readMarker(ctx, name); ok {
+	if r.direct {
+		// nothing to resume
+	} else if m, ok := r.readMarker(ctx, name); ok {
 		r.mu.Lock()
 		r.sum.TasksSkipped++
 		r.mu.Unlock()
@@ -928,9 +938,11 @@ func (r *runner) attempt(ctx context.Context, name, stage, dest string, fn taskF
 		}
 		m.Files = append(m.Files, fn)
 	}
-	b, _ := json.Marshal(m)
-	if err := writeFile(ctx, r.markerPath(name), b); err != nil {
-		return marker{}, err
+	if !r.direct {
+		b, _ := json.Marshal(m)
+		if err := writeFile(ctx, r.markerPath(name), b); err != nil {
+			return marker{}, err
+		}
 	}
 	removeAll(ctx, stage)
 	return m, nil
@@ -1129,7 +1141,7 @@ func releaseBatches(bs []arrow.RecordBatch) {
 // into one, written as a single file.
 func (r *runner) runAgg(ctx context.Context) (marker, error) {
 	name := "aggregate"
-	if m, ok := r.readMarker(ctx, name); ok {
+	if m, ok := r.readMarker(ctx, name); ok && !r.direct {
 		r.sum.Tasks++
 		r.sum.TasksSkipped++
 		return m, nil

@@ -262,9 +262,17 @@ func (q *query) read(ctx context.Context, u unit) (arrow.RecordBatch, error) {
 	}
 	n := int(fr.NumRows())
 	pass := 0
-	for i := 0; i < n; i++ {
-		if mask.True(i) {
-			pass++
+	if mask.T == expr.TBool && !mask.Scalar && mask.Null == nil {
+		for _, b := range mask.B[:n] {
+			if b {
+				pass++
+			}
+		}
+	} else {
+		for i := 0; i < n; i++ {
+			if mask.True(i) {
+				pass++
+			}
 		}
 	}
 	if pass == 0 {
@@ -293,9 +301,17 @@ func (q *query) read(ctx context.Context, u unit) (arrow.RecordBatch, error) {
 	bm := memory.NewResizableBuffer(memory.DefaultAllocator)
 	bm.Resize(int(bitutil.BytesForBits(int64(n))))
 	bits := bm.Bytes()
-	for i := 0; i < n; i++ {
-		if mask.True(i) {
-			bitutil.SetBit(bits, i)
+	if mask.T == expr.TBool && !mask.Scalar && mask.Null == nil {
+		for i, b := range mask.B[:n] {
+			if b {
+				bitutil.SetBit(bits, i)
+			}
+		}
+	} else {
+		for i := 0; i < n; i++ {
+			if mask.True(i) {
+				bitutil.SetBit(bits, i)
+			}
 		}
 	}
 	filter := array.NewBoolean(n, bm, nil, 0)
