@@ -13,7 +13,7 @@ import (
 // big-endian, so the entries of one directory (DENT + parent) and the
 // sessions of one inode (INOS + inode) are contiguous key ranges: listing
 // a directory, testing it for emptiness, and finding a file's writers are
-// single range reads. Values are JSON.
+// single range reads. Values are JSON, except directory entries (binary).
 
 // Key prefixes.
 const (
@@ -35,7 +35,7 @@ type SchemaRow struct {
 // Schema is the whole key schema, in the order docs/meta-schema.md lists it.
 var Schema = []SchemaRow{
 	{"INOD + inode (8 bytes BE)", "Inode JSON: id, type, parent and name (no hard links), size, mtime, truncate version, layout (chunk size, chains), nlink"},
-	{"DENT + parent inode (8 bytes BE) + name", "Dentry JSON: inode id, is_dir, and a copy of size and mtime so that a listing is one range read"},
+	{"DENT + parent inode (8 bytes BE) + name", "Dentry, 26 bytes: version 1 (1), flags (1: bit 0 directory), inode (8 BE), size (8 BE), mtime ns (8 BE); size and mtime are copies so that a listing is one range read"},
 	{"INOS + inode (8 bytes BE) + session id", "Session JSON: client, expiry; a write session of the inode (an unlinked inode with sessions is not collected)"},
 	{"IDEM + request id", "Idem JSON: the stored result of a create, mkdir, rename, remove or commit, and when it was stored; a retried request returns it instead of acting twice"},
 	{"GCQU + inode (8 bytes BE)", "GC JSON: the chains and first chunk index to remove of a deleted or truncated file; the collector removes the chunks, then the record (and the inode)"},
@@ -89,3 +89,33 @@ func gcKey(inode uint64) []byte {
 }
 
 func serverKey(addr string) []byte { return append([]byte(prefixServer), addr...) }
+
+// Dentries are fixed-size binary, not JSON: a listing decodes one per
+// entry and JSON cost dominated it.
+const dentrySize = 26
+
+func encodeDentry(d Dentry) []byte {
+	b := make([]byte, 2, dentrySize)
+	b[0] = 1
+	if d.IsDir {
+		b[1] = 1
+	}
+	b = binary.BigEndian.AppendUint64(b, d.Inode)
+	b = binary.BigEndian.AppendUint64(b, uint64(d.Size))
+	return binary.BigEndian.AppendUint64(b, uint64(d.MTime))
+}
+
+func decodeDentry(b []byte) (Dentry, error) {
+	if len(b) != dentrySize || b[0] != 1 {
+		return Dentry{}, fmt.Errorf("meta: bad directory entry value (%d bytes, version %d)", len(b), firstByte(b))
+	}
+	return Dentry{IsDir: b[1]&1 != 0, Inode: binary.BigEndian.Uint64(b[2:10]),
+		Size: int64(binary.BigEndian.Uint64(b[10:18])), MTime: int64(binary.BigEndian.Uint64(b[18:26]))}, nil
+}
+
+func firstByte(b []byte) int {
+	if len(b) == 0 {
+		return -1
+	}
+	return int(b[0])
+}

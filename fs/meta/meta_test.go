@@ -387,9 +387,9 @@ func checkTree(t *testing.T, s *Service) {
 			}
 			for _, e := range kvs {
 				name, _ := dentryName(e.Key)
-				var d Dentry
-				if ok, err := getJSON(ctx, staticReader{e.Value}, nil, &d); err != nil || !ok {
-					return fmt.Errorf("bad dentry %s/%s", path, name)
+				d, err := decodeDentry(e.Value)
+				if err != nil {
+					return fmt.Errorf("bad dentry %s/%s: %v", path, name, err)
 				}
 				n, err := getInode(ctx, tx, d.Inode)
 				if err != nil {

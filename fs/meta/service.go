@@ -180,7 +180,18 @@ func dentryOf(n *Inode) Dentry {
 }
 
 func putDentry(tx kv.Txn, parent uint64, name string, n *Inode) {
-	setJSON(tx, dentryKey(parent, name), dentryOf(n))
+	tx.Set(dentryKey(parent, name), encodeDentry(dentryOf(n)))
+}
+
+func getDentry(ctx context.Context, r reader, key []byte, d *Dentry) (bool, error) {
+	b, ok, err := r.Get(ctx, key)
+	if err != nil || !ok {
+		return false, err
+	}
+	if *d, err = decodeDentry(b); err != nil {
+		return false, fmt.Errorf("meta: entry %q: %w", key, err)
+	}
+	return true, nil
 }
 
 // walk resolves comps from the root with snapshot reads and returns the
@@ -190,7 +201,7 @@ func walk(ctx context.Context, r reader, path string, comps []string) (uint64, *
 	var d *Dentry
 	for i, c := range comps {
 		var de Dentry
-		ok, err := getJSON(ctx, r, dentryKey(cur, c), &de)
+		ok, err := getDentry(ctx, r, dentryKey(cur, c), &de)
 		if err != nil {
 			return 0, nil, err
 		}
@@ -320,8 +331,8 @@ func (s *Service) Readdir(ctx context.Context, path string) ([]Entry, error) {
 			if err != nil {
 				return err
 			}
-			var de Dentry
-			if err := json.Unmarshal(e.Value, &de); err != nil {
+			de, err := decodeDentry(e.Value)
+			if err != nil {
 				return fmt.Errorf("meta: corrupt entry %q in %s: %w", name, path, err)
 			}
 			out = append(out, Entry{Name: name, Dentry: de})
@@ -359,7 +370,7 @@ func (s *Service) Mkdir(ctx context.Context, req, path string, parents bool) (*I
 		var last *Inode
 		for i, c := range comps {
 			var de Dentry
-			ok, err := getJSON(ctx, snap{tx}, dentryKey(cur, c), &de)
+			ok, err := getDentry(ctx, snap{tx}, dentryKey(cur, c), &de)
 			if err != nil {
 				return nil, err
 			}
@@ -429,7 +440,7 @@ func (s *Service) Create(ctx context.Context, req, path string, exclusive bool) 
 		}
 		name := comps[len(comps)-1]
 		var de Dentry
-		ok, err := getJSON(ctx, tx, dentryKey(pid, name), &de)
+		ok, err := getDentry(ctx, tx, dentryKey(pid, name), &de)
 		if err != nil {
 			return nil, err
 		}
@@ -481,7 +492,7 @@ func (s *Service) Remove(ctx context.Context, req, path string) error {
 		}
 		name := comps[len(comps)-1]
 		var de Dentry
-		ok, err := getJSON(ctx, tx, dentryKey(pid, name), &de)
+		ok, err := getDentry(ctx, tx, dentryKey(pid, name), &de)
 		if err != nil {
 			return nil, err
 		}
@@ -533,7 +544,7 @@ func (s *Service) Rename(ctx context.Context, req, src, dst string) error {
 		}
 		sname := sc[len(sc)-1]
 		var sde Dentry
-		ok, err := getJSON(ctx, tx, dentryKey(sp, sname), &sde)
+		ok, err := getDentry(ctx, tx, dentryKey(sp, sname), &sde)
 		if err != nil {
 			return nil, err
 		}
@@ -570,7 +581,7 @@ func (s *Service) Rename(ctx context.Context, req, src, dst string) error {
 			}
 		}
 		var dde Dentry
-		ok, err = getJSON(ctx, tx, dentryKey(dp, dname), &dde)
+		ok, err = getDentry(ctx, tx, dentryKey(dp, dname), &dde)
 		if err != nil {
 			return nil, err
 		}
@@ -638,7 +649,7 @@ func (s *Service) BeginFile(ctx context.Context, path, client string) (*Inode, s
 			return err
 		}
 		var de Dentry
-		ok, err := getJSON(ctx, snap{tx}, dentryKey(pid, comps[len(comps)-1]), &de)
+		ok, err := getDentry(ctx, snap{tx}, dentryKey(pid, comps[len(comps)-1]), &de)
 		if err != nil {
 			return err
 		}
@@ -720,7 +731,7 @@ func (s *Service) CommitFile(ctx context.Context, req, path string, inode uint64
 			return nil, err
 		}
 		var de Dentry
-		ok, err := getJSON(ctx, tx, dentryKey(pid, name), &de)
+		ok, err := getDentry(ctx, tx, dentryKey(pid, name), &de)
 		if err != nil {
 			return nil, err
 		}

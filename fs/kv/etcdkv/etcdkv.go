@@ -4,9 +4,10 @@
 // multi-member cluster.
 //
 // Transactions are optimistic, built from etcd's multi-version store:
-//   - the first read of a transaction fixes its read revision; every later
-//     read is a linearizable Get at that revision, so a transaction reads
-//     one consistent snapshot;
+//   - the first read of a transaction is linearizable and fixes its read
+//     revision; every later read is a Get at that revision (served from the
+//     member's MVCC snapshot), so a transaction reads one consistent
+//     snapshot;
 //   - writes are buffered (read-your-writes overlay) and sent at commit as
 //     one etcd Txn;
 //   - conflict detection is the Txn's compare list: each key read with Get
@@ -219,11 +220,7 @@ func (t *txn) get(ctx context.Context, key []byte, conflict bool) ([]byte, bool,
 	if v, ok, found := t.buf.Lookup(key); found {
 		return v, ok, nil
 	}
-	var opts []clientv3.OpOption
-	if t.rev != 0 {
-		opts = append(opts, clientv3.WithRev(t.rev))
-	}
-	resp, err := t.s.kv.Get(ctx, string(key), opts...)
+	resp, err := t.read(ctx, string(key))
 	if err != nil {
 		return nil, false, mapErr(ctx, "get", err)
 	}
@@ -277,10 +274,7 @@ func (t *txn) rangeRead(ctx context.Context, begin, end []byte, limit int, confl
 	if storeLimit > 0 {
 		opts = append(opts, clientv3.WithLimit(int64(storeLimit)))
 	}
-	if t.rev != 0 {
-		opts = append(opts, clientv3.WithRev(t.rev))
-	}
-	resp, err := t.s.kv.Get(ctx, string(begin), opts...)
+	resp, err := t.read(ctx, string(begin), opts...)
 	if err != nil {
 		return nil, mapErr(ctx, "range", err)
 	}
@@ -309,6 +303,23 @@ func (t *txn) rangeRead(ctx context.Context, begin, end []byte, limit int, confl
 		}
 	}
 	return out, nil
+}
+
+// read is a Get at the transaction's read revision. The first read of a
+// transaction is linearizable and fixes the revision; later reads at that
+// revision are served from the member's local MVCC snapshot (serializable:
+// a revision's contents never change), falling back to a linearizable read
+// if that member has not applied the revision yet.
+func (t *txn) read(ctx context.Context, key string, opts ...clientv3.OpOption) (*clientv3.GetResponse, error) {
+	if t.rev == 0 {
+		return t.s.kv.Get(ctx, key, opts...)
+	}
+	opts = append(opts, clientv3.WithRev(t.rev))
+	resp, err := t.s.kv.Get(ctx, key, append(opts, clientv3.WithSerializable())...)
+	if errors.Is(err, rpctypes.ErrFutureRev) {
+		resp, err = t.s.kv.Get(ctx, key, opts...)
+	}
+	return resp, err
 }
 
 func (t *txn) commit(ctx context.Context) error {
