@@ -166,6 +166,9 @@ func runModelLoad(ctx context.Context, o *modelLoadOpts, path string) error {
 			return usagef("%s has no files to load; add --generate 8x512M to write synthetic shards first", path)
 		}
 	}
+	if mem := int64(o.clients) * int64(min(o.parallel, len(names))) * chunk; mem > 4<<30 {
+		return usagef("clients x parallel files x chunk needs %s of buffers (max 4 GiB): lower --clients, --parallel or --chunk", bench.FormatBytes(mem))
+	}
 	var perClient int64
 	for _, s := range sizes {
 		perClient += s
