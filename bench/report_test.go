@@ -40,6 +40,15 @@ func TestReportHTML(t *testing.T) {
 	if n := strings.Count(s, `<svg class="chart"`); n != 2 {
 		t.Errorf("%d charts in the page, want 2", n)
 	}
+	r := sampleReport()
+	r.Data = map[string]string{"x": "</script><b>"}
+	var b2 bytes.Buffer
+	if err := r.WriteHTML(&b2); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(b2.String(), "</script><b>") || !strings.Contains(b2.String(), `id="data">{"x":"\u003c/script\u003e\u003cb\u003e"}</script>`) {
+		t.Errorf("embedded data not escaped")
+	}
 	if strings.Contains(s, "<test>") || !strings.Contains(s, "&lt;test&gt;") {
 		t.Error("title not escaped")
 	}

@@ -306,7 +306,7 @@ func runModelLoad(ctx context.Context, o *modelLoadOpts, path string) error {
 	}
 	times := bench.Chart{Title: "Total load time per run (s)", XLabel: "run", YLabel: "seconds", Categories: runCats,
 		Series: []bench.Series{{Name: "total time", Values: runVals}}}
-	rep2 := &bench.Report{Title: "ffkit bench model-load", Meta: reportMeta(string(doc.Cache)),
+	rep2 := &bench.Report{Title: "ffkit bench model-load", Meta: reportMeta(string(doc.Cache)), Data: doc,
 		Sections: []bench.Section{{Heading: "Bandwidth", Charts: []bench.Chart{bw, times}}, {Tables: []bench.Table{t}}}}
 	return emit(&o.storageFlags, doc, []bench.Table{t}, rep2)
 }

@@ -227,7 +227,7 @@ func runParallelWrite(ctx context.Context, o *parallelWriteOpts, path string) er
 	}
 	lat := bench.Chart{Title: "Write call latency (us)", Kind: bench.Lines, XLabel: "percentile", YLabel: "us", Categories: latencyCategories,
 		Series: []bench.Series{{Name: "ffkit write", Values: latencyValues(doc.WriteLatency)}}}
-	report := &bench.Report{Title: "ffkit bench parallel-write", Meta: reportMeta(),
+	report := &bench.Report{Title: "ffkit bench parallel-write", Meta: reportMeta(), Data: doc,
 		Sections: []bench.Section{{Heading: "Bandwidth", Charts: charts}, {Heading: "Latency", Charts: []bench.Chart{lat}}, {Tables: []bench.Table{t, sum}}}}
 	return emit(&o.storageFlags, doc, []bench.Table{t, sum}, report)
 }

@@ -137,6 +137,13 @@ func TestBenchSweepReadCLI(t *testing.T) {
 		t.Errorf("report has %d charts, want 3", n)
 	}
 	checkReportRenders(t, report, 3)
+	// The page carries the same figures as JSON.
+	_, after, _ := strings.Cut(string(html), `<script type="application/json" id="data">`)
+	data, _, _ := strings.Cut(after, "</script>")
+	var embedded sweepDoc
+	if err := json.Unmarshal([]byte(data), &embedded); err != nil || len(embedded.Points) != 8 || embedded.Best != doc.Best {
+		t.Errorf("embedded data: %v, %d points", err, len(embedded.Points))
+	}
 	if _, err := os.Stat(dir); !os.IsNotExist(err) {
 		t.Errorf("work directory %s left behind: %v", dir, err)
 	}

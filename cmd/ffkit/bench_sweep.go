@@ -484,8 +484,8 @@ func sweepOutput(doc *sweepDoc, useFio bool) ([]bench.Table, *bench.Report) {
 	lat := bench.Chart{Title: "Latency percentiles (us; " + doc.LatencyNote + ")", XLabel: "block size, queue depth, threads", YLabel: "us",
 		Categories: labels, Series: []bench.Series{p50, p90, p99}}
 	rep := &bench.Report{
-		Title: "ffkit bench sweep",
-		Meta:  reportMeta(fmt.Sprintf("path %s, %s %s, cache: %s", doc.Path, doc.Pattern, doc.Mode, doc.Cache)),
+		Title: "ffkit bench sweep", Data: doc,
+		Meta: reportMeta(fmt.Sprintf("path %s, %s %s, cache: %s", doc.Path, doc.Pattern, doc.Mode, doc.Cache)),
 		Sections: []bench.Section{
 			{Heading: "Bandwidth", Charts: []bench.Chart{bw, vs}},
 			{Heading: "Latency", Charts: []bench.Chart{lat}},
