@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"hash/crc32"
 	"math/rand/v2"
 	"slices"
 	"sync"
@@ -18,8 +17,6 @@ import (
 	"github.com/ffkit/ffkit/fs/transport"
 	"github.com/ffkit/ffkit/internal/errkind"
 )
-
-var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
 func (o *Options) defaults() {
 	if o.Name == "" {
@@ -287,7 +284,7 @@ func (c *Client) WriteChunk(ctx context.Context, chain ChainID, chunk ChunkID, o
 	if off < 0 || off > MaxChunkSize || int64(len(data)) > MaxChunkSize-off {
 		return fmt.Errorf("%w: write [%d, +%d) of chunk %v is outside %d bytes", ErrBadRequest, off, len(data), chunk, MaxChunkSize)
 	}
-	req := proto.WriteReq{Chain: chain, Chunk: chunk, Op: proto.OpWrite, Off: off, CRC: crc32.Checksum(data, castagnoli)}
+	req := proto.WriteReq{Chain: chain, Chunk: chunk, Op: proto.OpWrite, Off: off, CRC: proto.PayloadChecksum(proto.PayloadCRCs(data))}
 	return c.update(ctx, fmt.Sprintf("write chunk %v on chain %d", chunk, chain), req, data)
 }
 

@@ -39,7 +39,7 @@ type WriteReq struct {
 	Chunk    ChunkID `json:"chunk"`
 	Op       Op      `json:"op,omitempty"`
 	Off      int64   `json:"off"`
-	CRC      uint32  `json:"crc"` // CRC32C of Data
+	CRC      uint32  `json:"crc"` // PayloadChecksum of Data
 }
 
 // UpdateReq is an update forwarded from a target to its successor, or a

@@ -14,6 +14,7 @@ package proto
 import (
 	"encoding/binary"
 	"fmt"
+	"hash/crc32"
 )
 
 // NodeID names a storage service (or mgmtd, 0).
@@ -65,3 +66,28 @@ const BlockSize = 4 << 10
 
 // DefaultChunkSize is the chunk size mgmtd announces unless told otherwise.
 const DefaultChunkSize = 4 << 20
+
+// PayloadCRCs returns the CRC32C of each BlockSize block of data (the last
+// may be short), counted from data's start.
+func PayloadCRCs(data []byte) []uint32 {
+	crcs := make([]uint32, (len(data)+BlockSize-1)/BlockSize)
+	for b := range crcs {
+		lo := b * BlockSize
+		crcs[b] = crc32.Checksum(data[lo:min(lo+BlockSize, len(data))], castagnoli)
+	}
+	return crcs
+}
+
+// PayloadChecksum is the checksum a write carries for its data: the
+// CRC32C of the big-endian block CRCs (PayloadCRCs). A receiver that
+// verifies it has the block CRCs it stores for an aligned write in hand,
+// so the data is checksummed once per hop.
+func PayloadChecksum(crcs []uint32) uint32 {
+	b := make([]byte, 4*len(crcs))
+	for i, c := range crcs {
+		binary.BigEndian.PutUint32(b[4*i:], c)
+	}
+	return crc32.Checksum(b, castagnoli)
+}
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)

@@ -428,8 +428,11 @@ func (s *Service) handleWrite(ctx context.Context, w *proto.WriteReq, data []byt
 	if err := validRange(w.Op, w.Off, len(data)); err != nil {
 		return nil, err
 	}
-	if w.Op == proto.OpWrite && crc32c(data) != w.CRC {
-		return nil, fmt.Errorf("%w: write payload of chunk %v arrived corrupt", proto.ErrChecksum, w.Chunk)
+	var crcs []uint32
+	if w.Op == proto.OpWrite {
+		if crcs = proto.PayloadCRCs(data); proto.PayloadChecksum(crcs) != w.CRC {
+			return nil, fmt.Errorf("%w: write payload of chunk %v arrived corrupt", proto.ErrChecksum, w.Chunk)
+		}
 	}
 	ch, err := s.route(w.Chain, w.ChainVer)
 	if err != nil {
@@ -452,7 +455,7 @@ func (s *Service) handleWrite(ctx context.Context, w *proto.WriteReq, data []byt
 			return nil, ctx.Err()
 		}
 	}
-	resp, err := s.applyChain(ctx, ts, w.Chain, w.Chunk, update{op: w.Op, off: w.Off, data: data}, 0, w.Tag)
+	resp, err := s.applyChain(ctx, ts, w.Chain, w.Chunk, update{op: w.Op, off: w.Off, data: data, crcs: crcs, crc: w.CRC}, 0, w.Tag)
 	s.dedup.end(w.Tag, inf, resp, err)
 	return resp, err
 }
@@ -560,16 +563,20 @@ func (s *Service) forward(ctx context.Context, ts *tstate, chain proto.ChainID, 
 			UpdateVer:   nv.ver,
 			FullReplace: full || succ.State == proto.Syncing,
 		}
-		data := u.data
+		data, crc := u.data, u.crc
+		if u.crcs == nil && len(data) > 0 {
+			crc = proto.PayloadChecksum(proto.PayloadCRCs(data))
+		}
 		if req.FullReplace && !u.full && u.op != proto.OpRemove {
 			// A syncing successor (or one that missed updates) gets the
 			// whole chunk, so it converges whatever it held.
 			if data, lastErr = ts.readVersion(id, nv, true); lastErr != nil {
 				return lastErr
 			}
+			crc = proto.PayloadChecksum(nv.crcs)
 		}
 		if req.Op == proto.OpWrite || req.FullReplace {
-			req.CRC = crc32c(data)
+			req.CRC = crc
 		}
 		addr := r.NodeAddr(succ.Node)
 		actx, cancel := context.WithTimeout(ctx, max(s.failTimeout(), time.Second))
@@ -633,8 +640,11 @@ func (s *Service) handleUpdate(ctx context.Context, u *proto.UpdateReq, data []b
 	if err := validRange(u.Op, u.Off, len(data)); err != nil {
 		return nil, err
 	}
-	if (u.Op == proto.OpWrite || u.FullReplace) && crc32c(data) != u.CRC {
-		return nil, fmt.Errorf("%w: update of chunk %v arrived corrupt", proto.ErrChecksum, u.Chunk)
+	var crcs []uint32
+	if u.Op == proto.OpWrite || u.FullReplace {
+		if crcs = proto.PayloadCRCs(data); proto.PayloadChecksum(crcs) != u.CRC {
+			return nil, fmt.Errorf("%w: update of chunk %v arrived corrupt", proto.ErrChecksum, u.Chunk)
+		}
 	}
 	ts := s.targets[u.Target]
 	if ts == nil {
@@ -651,7 +661,7 @@ func (s *Service) handleUpdate(ctx context.Context, u *proto.UpdateReq, data []b
 	default:
 		return nil, fmt.Errorf("%w: target %d is %s (phase %s)", proto.ErrTargetOffline, ts.ID, me.State, ts.ph().local())
 	}
-	up := update{op: u.Op, off: u.Off, data: data, full: u.FullReplace}
+	up := update{op: u.Op, off: u.Off, data: data, full: u.FullReplace, crcs: crcs, crc: u.CRC}
 	if !u.Commit {
 		resp, err := s.applyChain(ctx, ts, u.Chain, u.Chunk, up, u.UpdateVer, u.Tag)
 		if err == nil {
@@ -971,7 +981,7 @@ func (s *Service) resync(ts *tstate, ch *proto.Chain, succ proto.ChainTarget, r 
 				}
 			}
 		}
-		req.CRC = crc32c(data)
+		req.CRC = proto.PayloadChecksum(proto.PayloadCRCs(data))
 		var resp proto.WriteResp
 		if err := call(proto.MUpdate, req, data, &resp); err != nil {
 			return fmt.Errorf("transfer chunk %v: %w", id, err)

@@ -374,7 +374,9 @@ type update struct {
 	op       proto.Op
 	off      int64
 	data     []byte
-	full     bool // data is the whole content (resync / syncing successor)
+	full     bool     // data is the whole content (resync / syncing successor)
+	crcs     []uint32 // PayloadCRCs of data, if known (verified on arrival)
+	crc      uint32   // PayloadChecksum of data, valid when crcs != nil
 	ver      uint64
 	chainVer uint64
 }
@@ -442,7 +444,11 @@ func (t *Target) prepareAsync(id proto.ChunkID, c *chunk, u update) (*version, f
 		if _, err := f.WriteAt(u.data, HeaderSize); err != nil {
 			return fail("write", err)
 		}
-		nv.crcs = blockCRCs(u.data)
+		if u.crcs != nil {
+			nv.crcs = u.crcs // the payload starts at offset 0: the same blocks
+		} else {
+			nv.crcs = blockCRCs(u.data)
+		}
 	default:
 		var src File
 		if base != nil {
@@ -493,7 +499,12 @@ func (t *Target) prepareAsync(id proto.ChunkID, c *chunk, u update) (*version, f
 			case unchanged:
 				nv.crcs[b] = oldCRCs[b]
 			case u.op == proto.OpWrite && lo >= writeLo && hi <= writeHi:
-				nv.crcs[b] = crc32c(u.data[lo-writeLo : hi-writeLo])
+				k := (lo - writeLo) / proto.BlockSize
+				if u.crcs != nil && (lo-writeLo)%proto.BlockSize == 0 && hi-writeLo == min((k+1)*proto.BlockSize, int64(len(u.data))) {
+					nv.crcs[b] = u.crcs[k] // verified on arrival
+				} else {
+					nv.crcs[b] = crc32c(u.data[lo-writeLo : hi-writeLo])
+				}
 			default:
 				if _, err := f.ReadAt(blk[:hi-lo], HeaderSize+lo); err != nil {
 					return fail("read back", err)
