@@ -25,3 +25,19 @@ echo "== ffkit verify" >&2
 bin/ffkit verify "$work/ds"
 echo "== ffkit bench read" >&2
 bin/ffkit bench read "$work/ds" --batch-size 256 --duration 3s
+
+echo "== the same on the bundled file system: ffkit fs up (embedded etcd, 3 storage processes)" >&2
+bin/ffkit fs up --dir "$work/cluster" >"$work/up.out" 2>"$work/up.err" &
+up=$!
+trap 'kill "$up" 2>/dev/null; wait "$up" 2>/dev/null; rm -rf "$work"' EXIT
+for _ in $(seq 240); do
+    [ -s "$work/up.out" ] && break
+    kill -0 "$up" 2>/dev/null || { cat "$work/up.err" >&2; exit 1; }
+    sleep 0.5
+done
+url=$(head -n 1 "$work/up.out")
+echo "== cluster at $url: pack, verify, load one epoch, bench read" >&2
+bin/ffkit pack "$work/src" -o "$url/ds" --shard-size 64M
+bin/ffkit verify "$url/ds"
+bin/ffkit load "$url/ds" --batch-size 256 --shuffle --seed 1 --epochs 1
+bin/ffkit bench read "$url/ds" --batch-size 256 --duration 3s
