@@ -27,6 +27,7 @@ type storageFlags struct {
 	fioDir   string
 	duration time.Duration
 	warmup   time.Duration
+	timed    bool // the command has --duration and --warmup
 }
 
 func (f *storageFlags) add(c *cobra.Command, runs int, timed bool) {
@@ -37,6 +38,7 @@ func (f *storageFlags) add(c *cobra.Command, runs int, timed bool) {
 	fl.BoolVar(&f.direct, "direct", false, "bypass the page cache (O_DIRECT reads; fio runs with --direct=1)")
 	fl.BoolVar(&f.fio, "fio", true, "run fio on the same rows for comparison when fio is installed and the path is local")
 	fl.StringVar(&f.fioDir, "fio-dir", "", "run fio in this local `DIR` instead of PATH (the local disk beside an ffkit:// run, or a FUSE mount of it)")
+	f.timed = timed
 	if timed {
 		fl.DurationVar(&f.duration, "duration", 500*time.Millisecond, "measured time of each run")
 		fl.DurationVar(&f.warmup, "warmup", 100*time.Millisecond, "warm-up before each run, excluded from the figures")
@@ -49,6 +51,9 @@ func (f *storageFlags) validate() error {
 	}
 	if f.duration < 0 || f.warmup < 0 {
 		return usagef("--duration and --warmup must not be negative")
+	}
+	if f.timed && f.duration == 0 {
+		return usagef("--duration must be positive (each run measures for that long)")
 	}
 	if f.report != "" && !strings.HasSuffix(strings.ToLower(f.report), ".html") {
 		return usagef("--report %q: the report is HTML, name it FILE.html", f.report)

@@ -334,6 +334,8 @@ func TestBenchStorageUsageErrors(t *testing.T) {
 		{[]string{"bench", "sweep", dir, "--block-sizes", "4Q"}, "unknown unit"},
 		{[]string{"bench", "sweep", dir, "--queue-depths", "0"}, "positive integer"},
 		{[]string{"bench", "sweep", dir, "--report", "x.txt"}, "FILE.html"},
+		{[]string{"bench", "sweep", dir, "--duration", "0s"}, "--duration must be positive"},
+		{[]string{"bench", "sweep", dir, "--runs", "0"}, "--runs"},
 		{[]string{"bench", "sweep", dir, "--read", "--write"}, "none of the others"},
 		{[]string{"bench", "sweep", file}, "is a file"},
 		{[]string{"bench", "checkpoint", dir, "--size", "-1"}, "--size"},
