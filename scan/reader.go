@@ -17,6 +17,7 @@ import (
 	"github.com/apache/arrow-go/v18/parquet/file"
 	"github.com/apache/arrow-go/v18/parquet/metadata"
 	"github.com/apache/arrow-go/v18/parquet/pqarrow"
+	pq "github.com/parquet-go/parquet-go"
 
 	"github.com/ffkit/ffkit/fs"
 	"github.com/ffkit/ffkit/internal/errkind"
@@ -40,6 +41,10 @@ var (
 // in one fs.ReadBatch, while on a local disk the page cache makes the extra
 // copy cost more than it saves (each column chunk is one pread anyway).
 var CoalesceLocal = false
+
+// FastPath enables parquet-go page decoding for flat fixed-width columns
+// (see fastpath.go). On by default; tests turn it off to compare.
+var FastPath = true
 
 // CoalesceGap is the largest hole between two column chunks of a row group
 // that is read rather than skipped, so that neighbouring chunks become one
@@ -65,6 +70,11 @@ type File struct {
 	// coalesce: prefetch each row group's column chunks with merged,
 	// parallel reads (see CoalesceLocal)
 	coalesce bool
+
+	pgOnce sync.Once
+	pg     *pq.File
+	pgErr  error
+	spans  *sharedSpans
 
 	decMu    sync.Mutex
 	decoders map[string][]*decoder // idle decoders by dictionary setting; guarded by decMu
@@ -447,6 +457,44 @@ func (pf *File) ReadRowGroupDict(ctx context.Context, rg int, cols []int, dict [
 		}
 	}
 	defer recoverCorrupt(pf.Path, &err)
+	arrs := make([]arrow.Array, len(cols))
+	defer func() {
+		if err != nil {
+			for _, a := range arrs {
+				if a != nil {
+					a.Release()
+				}
+			}
+		}
+	}()
+	// flat fixed-width columns first, through the fast path
+	slow := false
+	if FastPath && spans != nil {
+		if _, err := pf.pqFile(); err == nil {
+			pf.spans.add(spans)
+			defer pf.spans.drop(spans)
+		}
+	}
+	for i, c := range cols {
+		if FastPath && pf.fastOK(c) && !(i < len(dict) && dict[i]) {
+			a, err := pf.fastRead(rg, c, nrows)
+			if err == nil {
+				arrs[i] = a
+				continue
+			}
+			if !errors.Is(err, errDecline) {
+				return nil, err
+			}
+		}
+		slow = true
+	}
+	if !slow {
+		rec = array.NewRecordBatch(sc, arrs, nrows)
+		for _, a := range arrs {
+			a.Release()
+		}
+		return rec, nil
+	}
 	// A decoder is reused across row groups (its decompression buffers
 	// with it); the column-to-dictionary setting is part of its identity.
 	key := dictKeyOf(pf, cols, dict)
@@ -460,17 +508,10 @@ func (pf *File) ReadRowGroupDict(ctx context.Context, rg int, cols []int, dict [
 		pf.putDecoder(key, dec)
 	}()
 	fr := dec.fr
-	arrs := make([]arrow.Array, len(cols))
-	defer func() {
-		if err != nil {
-			for _, a := range arrs {
-				if a != nil {
-					a.Release()
-				}
-			}
-		}
-	}()
 	for i, c := range cols {
+		if arrs[i] != nil {
+			continue
+		}
 		ch, err := fr.RowGroup(rg).Column(c).Read(ctx)
 		if err != nil {
 			if ctx.Err() != nil {
