@@ -32,9 +32,11 @@ const sessionRenew = 10 * time.Second
 // write session on it: while it is open, the file's chunks stay even if
 // the file is removed (unlink while open).
 //
-// Consistency: WriteAt returns once every replica has the bytes (the
-// chunk client's WriteChunk); Flush, Sync and Close publish the length
-// (the metadata service keeps the largest end reported). Holes (a write
+// Consistency: WriteAt buffers (write-behind, whole chunks sent in the
+// background); Flush, Sync and Close store every pending byte on every
+// replica (the chunk client's WriteChunk returns once all have it durably)
+// and then publish the length (the metadata service keeps the largest end
+// reported), so a reader opening the file after close sees it all. Holes (a write
 // past the end, a truncate that extends) are filled with zeros in storage
 // before the length covers them, so every reader finds stored bytes for
 // the whole length. Truncate is by path: after a rename of the open file,
@@ -50,7 +52,8 @@ func (f *FS) OpenWrite(ctx context.Context, name string, flag int) (fs.WriteFile
 		return nil, fmt.Errorf("open %s%s for writing: inode %d has no layout", f.String(), p, n.ID)
 	}
 	w := &writeFile{fs: f, name: name, path: p, id: n.ID, layout: *n.Layout, session: sid,
-		size: n.Size, published: n.Size, filled: n.Size, truncVer: n.TruncVer, stop: make(chan struct{})}
+		size: n.Size, published: n.Size, filled: n.Size, truncVer: n.TruncVer, stop: make(chan struct{}),
+		pending: map[uint64]*pendingChunk{}, inflight: map[uint64]chan struct{}{}, sendSem: make(chan struct{}, f.opts.WriteParallel)}
 	if flag&fs.OTrunc != 0 && n.Size > 0 {
 		if err := w.Truncate(0); err != nil {
 			w.Close()
@@ -96,6 +99,21 @@ type writeFile struct {
 	filled   int64
 	truncVer uint64 // guarded by mu
 	closed   bool   // guarded by mu
+
+	// pending holds written bytes not yet sent to storage, per chunk
+	// (write-behind): a chunk is sent when its bytes cover it whole, when
+	// too many chunks are pending, and on Flush, Sync, Truncate, ReadAt
+	// and Close. Guarded by mu.
+	pending map[uint64]*pendingChunk
+	// inflight has a channel per chunk being sent, closed when it is
+	// stored: a chunk is never sent twice at once, so a newer write to it
+	// cannot be overtaken by an older one. Guarded by mu.
+	inflight map[uint64]chan struct{}
+	// wbErr is the first failure of a write-behind send, returned by the
+	// next WriteAt, Flush, Sync or Close. Guarded by mu.
+	wbErr   error
+	sending sync.WaitGroup // write-behind sends in flight
+	sendSem chan struct{}  // bounds them (Options.WriteParallel)
 
 	// fillMu serialises hole filling (it extends chunks; never shrinks).
 	fillMu sync.Mutex
@@ -183,16 +201,25 @@ func (w *writeFile) fill(end int64) error {
 	return nil
 }
 
-// WriteAt writes p at off; the chunks it spans are written in parallel.
+// maxPending bounds the chunks buffered per open file (each up to one
+// chunk size of memory) beyond those being sent.
+const maxPending = 8
+
+// WriteAt buffers p at off (write-behind) and returns; full chunks are
+// sent to storage in the background, up to Options.WriteParallel at once.
+// A failed send is reported by the next WriteAt, Flush, Sync or Close.
 func (w *writeFile) WriteAt(p []byte, off int64) (int, error) {
 	if off < 0 {
 		return 0, fmt.Errorf("%w: %s: write at negative offset %d", fs.ErrBadPath, w.name, off)
 	}
 	w.mu.Lock()
-	closed, filled := w.closed, w.filled
+	closed, filled, err := w.closed, w.filled, w.wbErr
 	w.mu.Unlock()
 	if closed {
 		return 0, fmt.Errorf("clusterfs: write to %s after Close", w.name)
+	}
+	if err != nil {
+		return 0, err
 	}
 	cs := w.layout.ChunkSize
 	start := off / cs * cs // the chunk of off zero-fills itself up to off
@@ -201,28 +228,155 @@ func (w *writeFile) WriteAt(p []byte, off int64) (int, error) {
 			return 0, err
 		}
 	}
-	g, ctx := errgroup.WithContext(w.ctx())
-	g.SetLimit(w.fs.opts.WriteParallel)
-	w.pieces(off, p, func(idx uint64, in int64, b []byte) {
-		g.Go(func() error {
-			return w.fs.chunks.WriteChunk(ctx, w.layout.Chain(idx), w.chunk(idx), in, b)
-		})
-	})
-	if err := g.Wait(); err != nil {
-		return 0, wrap("write", w.fs.String()+w.path, err)
-	}
 	end := off + int64(len(p))
+	var send []*pendingChunk
 	w.mu.Lock()
+	w.pieces(off, p, func(idx uint64, in int64, b []byte) {
+		pc := w.pending[idx]
+		if pc == nil {
+			pc = &pendingChunk{idx: idx, buf: getChunkBuf(cs)}
+			w.pending[idx] = pc
+		}
+		pc.add(in, b)
+		if pc.covers(cs) {
+			delete(w.pending, idx)
+			send = append(send, pc)
+		}
+	})
+	for len(w.pending) > maxPending {
+		// Too many partly written chunks (random writes): send the lowest.
+		var low *pendingChunk
+		for _, pc := range w.pending {
+			if low == nil || pc.idx < low.idx {
+				low = pc
+			}
+		}
+		delete(w.pending, low.idx)
+		send = append(send, low)
+	}
 	w.size = max(w.size, end)
 	if start <= w.filled {
 		w.filled = max(w.filled, end)
 	}
 	w.mu.Unlock()
+	for _, pc := range send {
+		w.send(pc)
+	}
 	return len(p), nil
 }
 
-// ReadAt reads what this handle sees: its own writes included.
+// send stores a pending chunk in the background, after any earlier send
+// of the same chunk.
+func (w *writeFile) send(pc *pendingChunk) {
+	w.sendSem <- struct{}{}
+	w.sending.Add(1)
+	for {
+		w.mu.Lock()
+		prev := w.inflight[pc.idx]
+		if prev == nil {
+			w.inflight[pc.idx] = make(chan struct{})
+			w.mu.Unlock()
+			break
+		}
+		w.mu.Unlock()
+		<-prev
+	}
+	go func() {
+		defer w.sending.Done()
+		var err error
+		for _, e := range pc.ext {
+			if err = w.fs.chunks.WriteChunk(w.ctx(), w.layout.Chain(pc.idx), w.chunk(pc.idx), e.lo, pc.buf[e.lo:e.hi]); err != nil {
+				err = wrap("write", w.fs.String()+w.path, fmt.Errorf("chunk %d [%d, %d): %w", pc.idx, e.lo, e.hi, err))
+				break
+			}
+		}
+		putChunkBuf(pc.buf)
+		w.mu.Lock()
+		if err != nil && w.wbErr == nil {
+			w.wbErr = err
+		}
+		close(w.inflight[pc.idx])
+		delete(w.inflight, pc.idx)
+		w.mu.Unlock()
+		<-w.sendSem
+	}()
+}
+
+// flushData sends every pending chunk and waits until all are stored.
+func (w *writeFile) flushData() error {
+	w.mu.Lock()
+	send := make([]*pendingChunk, 0, len(w.pending))
+	for idx, pc := range w.pending {
+		send = append(send, pc)
+		delete(w.pending, idx)
+	}
+	w.mu.Unlock()
+	for _, pc := range send {
+		w.send(pc)
+	}
+	w.sending.Wait()
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.wbErr
+}
+
+// pendingChunk is the written, unsent bytes of one chunk: buf is the
+// whole chunk, ext the ranges of it written (sorted, merged).
+type pendingChunk struct {
+	idx uint64
+	buf []byte
+	ext []extent
+}
+
+type extent struct{ lo, hi int64 }
+
+func (pc *pendingChunk) add(in int64, b []byte) {
+	copy(pc.buf[in:], b)
+	e := extent{in, in + int64(len(b))}
+	out := pc.ext[:0:0]
+	placed := false
+	for _, x := range pc.ext {
+		switch {
+		case x.hi < e.lo:
+			out = append(out, x)
+		case e.hi < x.lo:
+			if !placed {
+				out = append(out, e)
+				placed = true
+			}
+			out = append(out, x)
+		default: // overlapping or adjacent: merge into e
+			e = extent{min(e.lo, x.lo), max(e.hi, x.hi)}
+		}
+	}
+	if !placed {
+		out = append(out, e)
+	}
+	pc.ext = out
+}
+
+// covers reports whether the written ranges are the whole chunk.
+func (pc *pendingChunk) covers(cs int64) bool {
+	return len(pc.ext) == 1 && pc.ext[0].lo == 0 && pc.ext[0].hi == cs
+}
+
+var chunkBufs sync.Pool // of *[]byte
+
+func getChunkBuf(cs int64) []byte {
+	if p, ok := chunkBufs.Get().(*[]byte); ok && int64(cap(*p)) >= cs {
+		return (*p)[:cs]
+	}
+	return make([]byte, cs)
+}
+
+func putChunkBuf(b []byte) { chunkBufs.Put(&b) }
+
+// ReadAt reads what this handle sees: its own writes included (pending
+// ones are stored first).
 func (w *writeFile) ReadAt(p []byte, off int64) (int, error) {
+	if err := w.flushData(); err != nil {
+		return 0, err
+	}
 	size := w.Size()
 	if off >= size {
 		if len(p) == 0 {
@@ -251,6 +405,9 @@ func (w *writeFile) Truncate(size int64) error {
 	if size < 0 {
 		return fmt.Errorf("%w: %s: truncate to %d", fs.ErrBadPath, w.name, size)
 	}
+	if err := w.flushData(); err != nil {
+		return err
+	}
 	w.mu.Lock()
 	cur := w.size
 	w.mu.Unlock()
@@ -273,8 +430,12 @@ func (w *writeFile) Truncate(size int64) error {
 	return nil
 }
 
-// Flush publishes the length if this handle extended the file.
+// Flush stores the pending writes and publishes the length if this
+// handle extended the file.
 func (w *writeFile) Flush() error {
+	if err := w.flushData(); err != nil {
+		return err
+	}
 	w.mu.Lock()
 	size, published, tv := w.size, w.published, w.truncVer
 	w.mu.Unlock()
@@ -290,8 +451,9 @@ func (w *writeFile) Flush() error {
 	return nil
 }
 
-// Sync is Flush: every acknowledged chunk write is already durable on
-// every replica (fsync before the chain commits).
+// Sync is Flush: a chunk write is acknowledged only once it is durable on
+// every replica (fsync before the chain commits), so storing the pending
+// writes makes them durable.
 func (w *writeFile) Sync() error { return w.Flush() }
 
 // Close publishes the length and ends the write session.
@@ -306,8 +468,16 @@ func (w *writeFile) Close() error {
 	w.mu.Unlock()
 	close(w.stop)
 	w.wg.Wait()
-	if _, err := w.fs.meta.CloseSession(w.ctx(), w.id, w.session, size, tv); err != nil {
-		return wrap("close", w.fs.String()+w.path, err)
+	werr := w.flushData()
+	if werr != nil {
+		// What was not stored must not be covered by the length: report
+		// only the length published so far.
+		w.mu.Lock()
+		size = w.published
+		w.mu.Unlock()
 	}
-	return nil
+	if _, err := w.fs.meta.CloseSession(w.ctx(), w.id, w.session, size, tv); err != nil && werr == nil {
+		werr = wrap("close", w.fs.String()+w.path, err)
+	}
+	return werr
 }

@@ -150,7 +150,7 @@ func TestKillStorageDuringFio(t *testing.T) {
 	c := startCluster(t)
 	mnt, srv := mount(t, c.fs, "/", fuse.Options{ReadAhead: -1}) // every read goes to storage
 	job := []string{"--name=killtest", "--directory=" + mnt, "--rw=write", "--bs=128k", "--size=48M",
-		"--verify=crc32c", "--ioengine=psync", "--direct=1", "--output-format=terse"}
+		"--verify=crc32c", "--verify_state_save=0", "--ioengine=psync", "--direct=1", "--output-format=terse"}
 	if out, err := exec.Command("fio", append(job, "--do_verify=0")...).CombinedOutput(); err != nil {
 		t.Fatalf("fio write: %v\n%s", err, out)
 	}

@@ -385,7 +385,15 @@ func (s *Server) errno(err error) syscall.Errno {
 		return 0
 	}
 	s.stats.errors.Add(1)
-	return Errno(err)
+	en := Errno(err)
+	switch en {
+	case syscall.ENOENT, syscall.EEXIST, syscall.ENOTEMPTY, syscall.ENOTDIR, syscall.EISDIR:
+		// Normal answers: the caller asked about something that is not so.
+	default:
+		// The caller sees only the errno: keep the cause for the operator.
+		s.opts.Logger.Printf("%v: %v", en, err)
+	}
+	return en
 }
 
 var errClosed = errors.New("fuse: file system unmounted")
