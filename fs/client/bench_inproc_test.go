@@ -35,3 +35,33 @@ func benchWrite(b *testing.B, c *inproc) {
 		b.Fatal(err)
 	}
 }
+
+// BenchmarkInprocRead reads 4 MiB chunks through an in-process cluster.
+func BenchmarkInprocRead(b *testing.B) {
+	c := startInproc(b)
+	ctx := context.Background()
+	cl, err := Dial(ctx, []string{c.m.Addr()}, Options{Token: "tok"})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer cl.Close()
+	payload := make([]byte, 4<<20)
+	for i := 0; i < 32; i++ {
+		if err := cl.WriteChunk(ctx, ChainID(i%2+1), ChunkID{Inode: 1, Index: uint64(i)}, 0, payload); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.SetBytes(4 << 20)
+	b.ResetTimer()
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(8)
+	for i := 0; i < b.N; i++ {
+		g.Go(func() error {
+			rd := []ChunkRead{{Chain: ChainID(i%2 + 1), Chunk: ChunkID{Inode: 1, Index: uint64(i % 32)}, Buf: make([]byte, 4<<20)}}
+			return cl.ReadChunks(gctx, rd)
+		})
+	}
+	if err := g.Wait(); err != nil {
+		b.Fatal(err)
+	}
+}

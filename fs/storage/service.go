@@ -344,6 +344,11 @@ func chainOfTarget(r *proto.Routing, id proto.TargetID) *proto.Chain {
 // ---- request handling ----
 
 func (s *Service) handle(ctx context.Context, req *transport.Request) (any, [][]byte, error) {
+	// Checked per request too, not only when a heartbeat fails: a slow
+	// failing heartbeat must not stretch the window past half the timeout.
+	if time.Since(time.Unix(0, s.lastHB.Load())) > s.failTimeout()/2 {
+		return nil, nil, fmt.Errorf("%w: %s has not reached mgmtd for half the fail timeout", proto.ErrTargetOffline, s.cfg.Name)
+	}
 	if s.fenced.Load() && req.Method != proto.MUpdate {
 		return nil, nil, fmt.Errorf("%w: %s lost contact with mgmtd", proto.ErrTargetOffline, s.cfg.Name)
 	}

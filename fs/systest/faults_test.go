@@ -341,3 +341,47 @@ func TestMgmtdRestart(t *testing.T) {
 	}
 	c.check(m, false)
 }
+
+// A storage service cut off from mgmtd (but not from clients) stops
+// serving within half the fail timeout, before mgmtd declares it dead, so
+// it can never serve data that a reconfiguration made stale; once the
+// partition heals it rejoins through resync.
+func TestPartitionFromMgmtdStopsServing(t *testing.T) {
+	c := newCluster(t, 3)
+	m := newModel()
+	ctx := context.Background()
+	id := client.ChunkID{Inode: 11}
+	data := []byte("served until cut off from mgmtd")
+	if err := c.cl.WriteChunk(ctx, 1, id, 0, data); err != nil {
+		t.Fatal(err)
+	}
+	m.apply(1, id, 0, data)
+	victim := c.routing().Chain(1).Targets[1]
+	if _, err := c.cl.ReadReplica(ctx, 1, victim.ID, id, 0, 100); err != nil {
+		t.Fatalf("before the partition: %v", err)
+	}
+	if err := os.WriteFile(c.faults, []byte(fmt.Sprintf("block storage-%d mgmtd\n", victim.Node)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cut := time.Now()
+	for {
+		_, err := c.cl.ReadReplica(ctx, 1, victim.ID, id, 0, 100)
+		if err != nil {
+			t.Logf("replica stopped serving %v after the cut: %v", time.Since(cut).Round(time.Millisecond), err)
+			break
+		}
+		if time.Since(cut) > failTimeout {
+			t.Fatalf("replica still serving %v after losing mgmtd (fail timeout %v)", time.Since(cut), failTimeout)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	// Writes go on without it.
+	data2 := []byte("written while storage is cut off")
+	if err := c.cl.WriteChunk(ctx, 1, id, 0, data2); err != nil {
+		t.Fatal(err)
+	}
+	m.apply(1, id, 0, data2)
+	os.Remove(c.faults)
+	c.waitServing(20 * time.Second)
+	c.check(m, false)
+}
