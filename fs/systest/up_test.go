@@ -21,7 +21,7 @@ import (
 func fsUp(t *testing.T, dir string) (*exec.Cmd, []string, chan struct{}) {
 	t.Helper()
 	cmd := exec.Command(ffkitBin, "fs", "up", "--dir", dir, "--heartbeat", "100ms", "--fail-timeout", "1s", "--chunk-size", "1MiB")
-	cmd.Stderr, _ = os.Create(filepath.Join(dir+".log"))
+	cmd.Stderr, _ = os.Create(filepath.Join(dir + ".log"))
 	out, _ := cmd.StdoutPipe()
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
