@@ -164,10 +164,12 @@ func runCheckpoint(ctx context.Context, o *checkpointOpts, path string) error {
 		p, _ := fw.LocalPath(fioName)
 		fw.Track(fioName)
 		statusf("checkpoint: fio write")
-		doc.Write.Fio, doc.Write.FioError = runFio(ctx, bench.FioJob{Filenames: []string{p}, RW: "write", BlockSize: chunk, Size: size, EndFsync: true})
+		doc.Write.Fio, doc.Write.FioError = runFioRuns(ctx, o.runs,
+			bench.FioJob{Filenames: []string{p}, RW: "write", BlockSize: chunk, Size: size, EndFsync: true}, nil, nil)
 		statusf("checkpoint: fio read")
-		fw.Cold(o.direct, fioName)
-		doc.Read.Fio, doc.Read.FioError = runFio(ctx, bench.FioJob{Filenames: []string{p}, RW: "read", BlockSize: chunk, Size: size, Direct: o.direct})
+		doc.Read.Fio, doc.Read.FioError = runFioRuns(ctx, o.runs,
+			bench.FioJob{Filenames: []string{p}, RW: "read", BlockSize: chunk, Size: size, Direct: o.direct},
+			func() { fw.Cold(o.direct, fioName) }, nil)
 		if !o.keep {
 			fw.Remove(ctx, fioName)
 		}
@@ -190,11 +192,7 @@ func runCheckpoint(ctx context.Context, o *checkpointOpts, path string) error {
 		r := []string{name, mibFmt(ph.MiBPerSec), bench.FormatFloat(ph.MBPerSec.Mean, 1),
 			bench.FormatFloat(ph.Latency.P50US, 0), bench.FormatFloat(ph.Latency.P99US, 0)}
 		if useFio {
-			f := "-"
-			if ph.Fio != nil {
-				f = bench.FormatFloat(ph.Fio.MiBPerSec, 1)
-			}
-			r = append(r, f, bench.FormatRatio(ph.Ratio))
+			r = append(r, fioFmt(ph.Fio), bench.FormatRatio(ph.Ratio))
 		}
 		t.AddRow(r...)
 	}
@@ -203,7 +201,7 @@ func runCheckpoint(ctx context.Context, o *checkpointOpts, path string) error {
 	t.Notes = append(t.Notes,
 		fmt.Sprintf("save: %s MiB/s before the final fsync, which took %s s; the save rate counts it.",
 			mibFmt(doc.BufferedMiBPerSec), bench.FormatSpread(doc.FsyncSeconds, "%.3f")),
-		fmt.Sprintf("load: %s. Latency is per %s call. %d run(s); fio: 1 run (write with end_fsync=1).", doc.Cache, bench.FormatSize(chunk), o.runs))
+		fmt.Sprintf("load: %s. Latency is per %s call. %d run(s), fio too (write with end_fsync=1).", doc.Cache, bench.FormatSize(chunk), o.runs))
 	if fioNote != "" {
 		t.Notes = append(t.Notes, fioNote)
 	}

@@ -165,9 +165,8 @@ func runParallelWrite(ctx context.Context, o *parallelWriteOpts, path string) er
 	if useFio {
 		statusf("parallel-write: fio")
 		const prefix = "ffkit-pw-fio"
-		doc.Fio, doc.FioError = runFio(ctx, bench.FioJob{Name: prefix, Directory: fw.Dir, RW: "write", BlockSize: block, Size: size,
-			NumJobs: o.procs, EndFsync: true})
-		removeFioFiles(context.WithoutCancel(ctx), fw, prefix)
+		doc.Fio, doc.FioError = runFioRuns(ctx, o.runs, bench.FioJob{Name: prefix, Directory: fw.Dir, RW: "write", BlockSize: block, Size: size,
+			NumJobs: o.procs, EndFsync: true}, nil, func() { removeFioFiles(context.WithoutCancel(ctx), fw, prefix) })
 		if doc.Fio != nil {
 			doc.RatioVsFio = bench.Compare("MiB/s", doc.AggregateMiBPerSec, doc.Fio.MiBPerSec, "fio").Ratio
 		}
@@ -191,15 +190,11 @@ func runParallelWrite(ctx context.Context, o *parallelWriteOpts, path string) er
 	row := []string{"ffkit", mibFmt(doc.AggregateSpread), bench.FormatFloat(doc.NaiveSumMiBPerSec, 1),
 		bench.FormatFloat(doc.WriteLatency.P50US, 0), bench.FormatFloat(doc.WriteLatency.P99US, 0)}
 	if useFio {
-		f := "-"
-		if doc.Fio != nil {
-			f = bench.FormatFloat(doc.Fio.MiBPerSec, 1)
-		}
-		row = append(row, f, bench.FormatRatio(doc.RatioVsFio))
+		row = append(row, fioFmt(doc.Fio), bench.FormatRatio(doc.RatioVsFio))
 	}
 	sum.AddRow(row...)
 	sum.Notes = append(sum.Notes, "aggregate = total bytes / (last process end - first process start); naive-sum = sum of per-process rates (overstates).",
-		doc.Note+"; fio: 1 run, numjobs = procs, end_fsync=1.")
+		doc.Note+"; fio: as many runs, numjobs = procs, end_fsync=1.")
 	if fioNote != "" {
 		sum.Notes = append(sum.Notes, fioNote)
 	}

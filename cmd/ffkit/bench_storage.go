@@ -90,7 +90,10 @@ func (f *storageFlags) fioSetup(ctx context.Context, w *bench.Workdir) (fw *benc
 
 // fioFigure is fio's figure for a row, as printed and put in JSON.
 type fioFigure struct {
+	// MiBPerSec is the mean over Runs runs; Spread has the detail.
 	MiBPerSec float64       `json:"mib_s"`
+	Runs      int           `json:"runs"`
+	Spread    bench.Spread  `json:"mib_s_spread"`
 	IOPS      float64       `json:"iops"`
 	Latency   bench.Latency `json:"latency"`
 	Engine    string        `json:"engine"`
@@ -108,7 +111,46 @@ func runFio(ctx context.Context, job bench.FioJob) (*fioFigure, string) {
 		return nil, err.Error()
 	}
 	s := r.Side(job.RW)
-	return &fioFigure{MiBPerSec: s.MiBPerSec, IOPS: s.IOPS, Latency: s.Latency, Engine: r.Engine, Args: r.Args}, ""
+	return &fioFigure{MiBPerSec: s.MiBPerSec, Runs: 1, Spread: bench.SpreadOf([]float64{s.MiBPerSec}),
+		IOPS: s.IOPS, Latency: s.Latency, Engine: r.Engine, Args: r.Args}, ""
+}
+
+// runFioRuns runs a fio job runs times, calling before and after around
+// each run (to evict or remove files), and reports the mean MiB/s and IOPS
+// with the spread, as ours is reported. Latency is the first run's.
+func runFioRuns(ctx context.Context, runs int, job bench.FioJob, before, after func()) (*fioFigure, string) {
+	var first *fioFigure
+	var mibs, iops []float64
+	for range max(1, runs) {
+		if before != nil {
+			before()
+		}
+		f, e := runFio(ctx, job)
+		if after != nil {
+			after()
+		}
+		if f == nil {
+			return nil, e
+		}
+		if first == nil {
+			first = f
+		}
+		mibs, iops = append(mibs, f.MiBPerSec), append(iops, f.IOPS)
+	}
+	first.Runs, first.Spread = len(mibs), bench.SpreadOf(mibs)
+	first.MiBPerSec, first.IOPS = first.Spread.Mean, bench.SpreadOf(iops).Mean
+	return first, ""
+}
+
+// fioFmt formats fio's MiB/s for a table: the spread when it ran more than once.
+func fioFmt(f *fioFigure) string {
+	if f == nil {
+		return "-"
+	}
+	if f.Runs > 1 {
+		return mibFmt(f.Spread)
+	}
+	return bench.FormatFloat(f.MiBPerSec, 1)
 }
 
 // removeFioFiles removes the files fio created in the work directory
