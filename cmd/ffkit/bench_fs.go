@@ -17,6 +17,7 @@ import (
 
 	"github.com/ffkit/ffkit/bench"
 	"github.com/ffkit/ffkit/fs"
+	"github.com/ffkit/ffkit/fs/client"
 	"github.com/ffkit/ffkit/fs/fuse"
 )
 
@@ -45,8 +46,13 @@ type fsSide struct {
 	P50US             float64 `json:"p50_us,omitempty"`
 	P99US             float64 `json:"p99_us,omitempty"`
 	Engine            string  `json:"engine,omitempty"`
-	Cache             string  `json:"cache,omitempty"`
-	Error             string  `json:"error,omitempty"`
+	// RequestsPerBatch and BytesPerRequest describe the native client's
+	// batched reads: storage requests per ReadBatch call and bytes per
+	// storage request (cluster only).
+	RequestsPerBatch float64 `json:"requests_per_batch,omitempty"`
+	BytesPerRequest  float64 `json:"bytes_per_request,omitempty"`
+	Cache            string  `json:"cache,omitempty"`
+	Error            string  `json:"error,omitempty"`
 }
 
 type fsRow struct {
@@ -357,10 +363,19 @@ func (b *fsBench) fioSide(ctx context.Context, dir, rw string, bs int64, threads
 
 func (b *fsBench) nativeSide(ctx context.Context, rw string, bs int64, threads, depth int) *fsSide {
 	side := &fsSide{Engine: "ffkit client"}
+	cs, hasStats := b.native.(interface{ Chunks() *client.Client })
+	var before client.ReadStats
+	if hasStats {
+		before = cs.Chunks().ReadStats()
+	}
 	res, err := b.nativeRun(ctx, side, rw, bs, threads, depth)
 	if err != nil {
 		side.Error = err.Error()
 		return side
+	}
+	if hasStats && (rw == "read" || rw == "randread") {
+		d := cs.Chunks().ReadStats().Sub(before)
+		side.RequestsPerBatch, side.BytesPerRequest = d.RequestsPerCall(), d.BytesPerRequest()
 	}
 	side.MiBPerSec, side.Bytes, side.Seconds = res.MiBPerSec, res.Bytes, res.Seconds
 	side.IOPS = res.BytesPerSec / float64(bs)
@@ -563,6 +578,10 @@ func printFSBench(rep *fsBenchReport) error {
 			if s != nil && s.Error != "" {
 				t.Notes = append(t.Notes, fmt.Sprintf("%s, %d thread(s), %s: %s", r.Test, r.Threads, name, s.Error))
 			}
+		}
+		if r.Native != nil && r.Native.RequestsPerBatch > 0 {
+			t.Notes = append(t.Notes, fmt.Sprintf("%s, %d thread(s), native: %.1f storage requests per ReadBatch, %s per request",
+				r.Test, r.Threads, r.Native.RequestsPerBatch, bench.FormatBytes(int64(r.Native.BytesPerRequest))))
 		}
 		if r.Native != nil && r.Native.Error == "" && r.Threads > 1 {
 			t.Notes = append(t.Notes, fmt.Sprintf("%s, %d threads, native: aggregate %.1f MiB/s, naive sum of per-thread rates %.1f MiB/s",

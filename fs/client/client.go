@@ -354,6 +354,7 @@ type span struct {
 
 // ReadChunks performs a batch of reads; see the package comment.
 func (c *Client) ReadChunks(ctx context.Context, reads []ChunkRead) error {
+	c.countReadCall()
 	order := make([]int, 0, len(reads))
 	for i := range reads {
 		rd := &reads[i]
@@ -511,6 +512,7 @@ func (c *Client) readAttempt(ctx context.Context, r *proto.Routing, reads []Chun
 }
 
 func (c *Client) readBatch(ctx context.Context, r *proto.Routing, reads []ChunkRead, b *batch) error {
+	c.countReadRequest(len(b.ios), b.bytes)
 	var resp proto.BatchReadResp
 	data, release, err := c.callRelease(ctx, r, b.node, proto.MBatchRead, proto.BatchReadReq{IOs: b.ios}, nil, &resp)
 	if err == nil {
