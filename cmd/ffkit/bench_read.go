@@ -75,6 +75,8 @@ batch latency p50/p99. In the same run, a baseline reads random samples with
 one plain pread each, with the same number of reads in flight; the ratio is
 ffkit's samples/s over the baseline's. With --fio, fio's 4 KiB random-read
 IOPS (io_uring, iodepth 64) on the dataset's largest file is measured too.
+By default 4 batches are in flight with 16 reads each: 64 reads in flight,
+as many as the baseline's preads and fio's iodepth.
 
 Reads are made cold first: with --direct the page cache is bypassed (O_DIRECT);
 otherwise the dataset's files are evicted from the page cache before each
@@ -88,8 +90,8 @@ phase, and the cache state is printed next to the figures.`,
 	c.Flags().DurationVar(&f.duration, "duration", 10*time.Second, "measured time of each phase (ffkit, baseline, fio)")
 	c.Flags().DurationVar(&f.warmup, "warmup", 500*time.Millisecond, "warm-up before each phase, not measured")
 	c.Flags().BoolVar(&f.direct, "direct", false, "read with O_DIRECT (bypass the page cache)")
-	c.Flags().IntVar(&f.parallelism, "parallelism", ffrecord.DefaultParallelism, "reads in flight per batch")
-	c.Flags().IntVar(&f.inflight, "batches-in-flight", 2, "batches read concurrently (a loader prefetches)")
+	c.Flags().IntVar(&f.parallelism, "parallelism", 16, "reads in flight per batch")
+	c.Flags().IntVar(&f.inflight, "batches-in-flight", 4, "batches read concurrently, as a loader prefetches (reads in flight in all: this times --parallelism, 64 by default, as the baseline and fio)")
 	c.Flags().Int64Var(&f.mergeGap, "merge-gap", 0, "merge reads whose gap is at most this many bytes (0 = default, -1 = never)")
 	c.Flags().BoolVar(&f.noVerify, "no-verify", false, "skip the sample checksum checks")
 	c.Flags().BoolVar(&f.fio, "fio", false, "also measure fio 4 KiB random reads (io_uring, iodepth 64) on the largest file")
