@@ -7,6 +7,7 @@ go vet ./...
 go test -count=1 -timeout 20m ./...
 go test -race -count=1 -timeout 5m ./bench/
 go test -race -count=1 -timeout 5m ./fs/transport/ ./fs/mgmtd/ ./fs/storage/ ./fs/client/
+go test -race -short -count=1 -timeout 10m ./fs/kv/... ./fs/meta/ ./fs/clusterfs/
 go test -race -short -count=1 -timeout 5m ./fs/fuse/
 if [ -f python/pyproject.toml ]; then
   python3 -m pytest -q python/tests
