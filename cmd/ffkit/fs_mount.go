@@ -22,7 +22,7 @@ func init() {
 func newFSMountCmd() *cobra.Command {
 	var (
 		o                    fuse.Options
-		maxRequest, raWindow string
+		maxRequest, raWindow, raBlock string
 	)
 	c := &cobra.Command{
 		Use:   "mount SOURCE MOUNTPOINT",
@@ -52,6 +52,9 @@ hanging its callers.`,
 				return err
 			}
 			if o.ReadAhead, err = parseIntSize("--read-ahead", raWindow); err != nil {
+				return err
+			}
+			if o.ReadAheadBlock, err = parseIntSize("--read-ahead-block", raBlock); err != nil {
 				return err
 			}
 			if o.ReadAhead == 0 {
@@ -100,6 +103,7 @@ hanging its callers.`,
 	f.DurationVar(&o.AttrTimeout, "attr-timeout", 0, "how long the kernel may cache names and attributes (0: revalidate on every open)")
 	f.StringVar(&maxRequest, "max-request", "1M", "largest FUSE read/write request (max_read, max_write)")
 	f.StringVar(&raWindow, "read-ahead", "8M", "read-ahead window of a file read sequentially (0: off)")
+	f.StringVar(&raBlock, "read-ahead-block", "1M", "size of each read-ahead read (several run in parallel)")
 	f.IntVar(&o.MaxBackground, "max-background", 256, "asynchronous requests the kernel keeps in flight")
 	f.IntVar(&o.MaxBatch, "max-batch", 128, "most concurrent reads gathered into one batched storage read")
 	f.BoolVar(&o.Direct, "direct", false, "open storage files with O_DIRECT where supported (cold reads)")
