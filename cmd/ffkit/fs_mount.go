@@ -21,7 +21,7 @@ func init() {
 
 func newFSMountCmd() *cobra.Command {
 	var (
-		o                    fuse.Options
+		o                             fuse.Options
 		maxRequest, raWindow, raBlock string
 	)
 	c := &cobra.Command{
