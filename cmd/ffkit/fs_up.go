@@ -62,10 +62,10 @@ type upConfig struct {
 
 func newFSUpCmd() *cobra.Command {
 	var (
-		dir, listen, chunkSize string
-		cfg                    upConfig
-		timers                 clusterTimers
-		readyTimeout           time.Duration
+		dir, listen, chunkSize, metrics string
+		cfg                             upConfig
+		timers                          clusterTimers
+		readyTimeout                    time.Duration
 	)
 	c := &cobra.Command{
 		Use:   "up --dir DIR",
@@ -100,7 +100,7 @@ elsewhere pass --token-file or set FFKIT_TOKEN. Logs go to DIR/logs.`,
 			if cfg.Storage < 1 || cfg.TargetsPerStorage < 1 || cfg.Replicas < 1 || cfg.Replicas > cfg.Storage {
 				return usagef("need --storage >= --replicas >= 1 and --targets-per-storage >= 1 (got %d, %d, %d)", cfg.Storage, cfg.Replicas, cfg.TargetsPerStorage)
 			}
-			return runFSUp(cmd, dir, listen, cfg, timers, readyTimeout)
+			return runFSUp(cmd, dir, listen, metrics, cfg, timers, readyTimeout)
 		},
 	}
 	c.Flags().StringVar(&dir, "dir", "", "cluster directory (required; created if missing)")
@@ -109,12 +109,13 @@ elsewhere pass --token-file or set FFKIT_TOKEN. Logs go to DIR/logs.`,
 	c.Flags().IntVar(&cfg.TargetsPerStorage, "targets-per-storage", 2, "target directories per storage process")
 	c.Flags().IntVar(&cfg.Replicas, "replicas", 3, "replicas per chain")
 	c.Flags().StringVar(&chunkSize, "chunk-size", "4MiB", "default chunk size")
+	c.Flags().StringVar(&metrics, "metrics-listen", "127.0.0.1:0", `mgmtd's Prometheus /metrics address ("" to disable; each storage service logs its own)`)
 	c.Flags().DurationVar(&readyTimeout, "ready-timeout", 60*time.Second, "give up if the cluster is not ready within this")
 	timers.flags(c)
 	return c
 }
 
-func runFSUp(cmd *cobra.Command, dir, listen string, cfg upConfig, timers clusterTimers, readyTimeout time.Duration) error {
+func runFSUp(cmd *cobra.Command, dir, listen, metrics string, cfg upConfig, timers clusterTimers, readyTimeout time.Duration) error {
 	ctx := cmd.Context()
 	if err := os.MkdirAll(filepath.Join(dir, "logs"), 0o755); err != nil {
 		return err
@@ -140,14 +141,20 @@ func runFSUp(cmd *cobra.Command, dir, listen string, cfg upConfig, timers cluste
 		return err
 	}
 	defer store.Close()
+	reg := prometheus.NewRegistry()
 	m, err := mgmtd.Start(ctx, mgmtd.Options{Listen: listen, Token: token, Store: store, Replicas: cfg.Replicas,
 		ExpectTargets: cfg.Storage * cfg.TargetsPerStorage, ChunkSize: cfg.ChunkSize,
-		HeartbeatInterval: timers.heartbeat, FailTimeout: timers.failTimeout, Registry: prometheus.NewRegistry(),
+		HeartbeatInterval: timers.heartbeat, FailTimeout: timers.failTimeout, Registry: reg,
 		Faults: transport.FaultsFromEnv(), Logf: func(f string, a ...any) { fmt.Fprintf(os.Stderr, f+"\n", a...) }})
 	if err != nil {
 		return err
 	}
 	defer m.Close()
+	if maddr, err := serveMetrics(ctx, metrics, reg); err != nil {
+		return err
+	} else if maddr != "" {
+		fmt.Fprintf(os.Stderr, "mgmtd: metrics on http://%s/metrics\n", maddr)
+	}
 	cfg.MgmtdAddr = m.Addr()
 	b, _ := json.MarshalIndent(cfg, "", "  ")
 	if err := os.WriteFile(cfgPath, b, 0o644); err != nil {

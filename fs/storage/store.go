@@ -112,6 +112,9 @@ func decodeHeader(h []byte) (*version, error) {
 	if sum != binary.BigEndian.Uint32(h[40:]) {
 		return nil, errors.New("header checksum mismatch")
 	}
+	if fl := binary.BigEndian.Uint32(h[32:]); fl&^flagRemoved != 0 {
+		return nil, fmt.Errorf("unknown flags %#x", fl)
+	}
 	v := &version{
 		ver:      binary.BigEndian.Uint64(h[8:]),
 		chainVer: binary.BigEndian.Uint64(h[16:]),
