@@ -233,3 +233,34 @@ func TestErrnoMapping(t *testing.T) {
 		}
 	}
 }
+
+// TestUnmountBusy: a mount with a file held open is detached at once, and
+// Unmount returns after UnmountGrace instead of waiting for the holder.
+func TestUnmountBusy(t *testing.T) {
+	needFUSE(t)
+	src, mnt := t.TempDir(), t.TempDir()
+	os.WriteFile(filepath.Join(src, "f"), []byte("held"), 0o644)
+	srv, err := fuse.Mount(localfs.New(), src, mnt, fuse.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	held, err := os.Open(filepath.Join(mnt, "f"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Close()
+	old := fuse.UnmountGrace
+	fuse.UnmountGrace = 300 * time.Millisecond
+	defer func() { fuse.UnmountGrace = old }()
+	start := time.Now()
+	err = srv.Unmount()
+	if err == nil || !strings.Contains(err.Error(), "still open") {
+		t.Errorf("Unmount of a busy mount: %v, want an error saying files are still open", err)
+	}
+	if d := time.Since(start); d > 10*time.Second {
+		t.Errorf("Unmount took %v", d)
+	}
+	if fuse.IsMounted(mnt) {
+		t.Error("the busy mount is still in the namespace")
+	}
+}

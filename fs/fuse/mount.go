@@ -264,22 +264,43 @@ func (s *Server) Wait() {
 	s.wg.Wait()
 }
 
+// UnmountGrace is how long Unmount waits for the users of a busy,
+// detached mount to close their files.
+var UnmountGrace = 5 * time.Second
+
 // Unmount unmounts the file system and waits for its goroutines. If the
-// mount is busy (a process has its working directory in it), it is
-// detached lazily: it disappears from the namespace at once and is
-// released when the last user leaves.
+// mount is busy (a process has its working directory or a file open in
+// it), it is detached lazily: it disappears from the namespace at once and
+// is released when the last user leaves; Unmount waits UnmountGrace for
+// that and then returns an error saying so.
 func (s *Server) Unmount() error {
 	s.unmountOnce.Do(func() {
 		err := s.srv.Unmount()
-		if err != nil {
-			// Busy: detach it so that no new caller enters, then stop serving.
-			if lerr := lazyUnmount(s.mnt); lerr != nil {
-				s.unmountErr = fmt.Errorf("unmount %s: %w (lazy unmount: %v)", s.mnt, err, lerr)
-			}
+		if err == nil {
+			s.cancel()
+			s.srv.Wait()
+			s.wg.Wait()
+			return
+		}
+		// Busy: detach it so that no new caller enters, then stop serving.
+		if lerr := lazyUnmount(s.mnt); lerr != nil {
+			s.unmountErr = fmt.Errorf("unmount %s: %w (lazy unmount: %v)", s.mnt, err, lerr)
 		}
 		s.cancel()
-		s.srv.Wait()
 		s.wg.Wait()
+		// The kernel keeps a detached mount until its last open file is
+		// closed. Give its users a moment; then stop waiting: when this
+		// process exits, their calls fail with ENOTCONN instead of hanging.
+		done := make(chan struct{})
+		go func() { s.srv.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(UnmountGrace):
+			if s.unmountErr == nil {
+				s.unmountErr = fmt.Errorf("unmount %s: detached, but files are still open in it after %v: %w",
+					s.mnt, UnmountGrace, err)
+			}
+		}
 	})
 	return s.unmountErr
 }
