@@ -304,3 +304,12 @@ func (c *Client) Truncate(ctx context.Context, path string, size int64, session 
 	}
 	return r.Inode, nil
 }
+
+// TruncateInode sets the length of an open file by inode.
+func (c *Client) TruncateInode(ctx context.Context, inode uint64, size int64, session string) (*Inode, error) {
+	r, err := c.call(ctx, MTruncate, &Request{Inode: inode, Size: size, Session: session})
+	if err != nil {
+		return nil, err
+	}
+	return r.Inode, nil
+}

@@ -34,7 +34,7 @@ type SchemaRow struct {
 
 // Schema is the whole key schema, in the order docs/meta-schema.md lists it.
 var Schema = []SchemaRow{
-	{"INOD + inode (8 bytes BE)", "Inode JSON: id, type, parent and name (no hard links), size, mtime, truncate version, layout (chunk size, chains), nlink"},
+	{"INOD + inode (8 bytes BE)", "Inode JSON: id, type, parent and name (no hard links), size, mtime, truncate version, layout (chunk size, chains), nlink, holes flag"},
 	{"DENT + parent inode (8 bytes BE) + name", "Dentry, 26 bytes: version 1 (1), flags (1: bit 0 directory), inode (8 BE), size (8 BE), mtime ns (8 BE); size and mtime are copies so that a listing is one range read"},
 	{"INOS + inode (8 bytes BE) + session id", "Session JSON: client, expiry; a write session of the inode (an unlinked inode with sessions is not collected)"},
 	{"IDEM + request id", "Idem JSON: the stored result of a create, mkdir, rename, remove or commit, and when it was stored; a retried request returns it instead of acting twice"},

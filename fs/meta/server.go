@@ -267,7 +267,11 @@ func (s *Server) serve(ctx context.Context, m uint16, r *Request) (*Response, er
 	case MOpenWrite:
 		n, out.Session, err = s.svc.OpenWrite(ctx, r.ReqID, r.Path, r.Client, r.Create, r.Exclusive)
 	case MTruncate:
-		n, err = s.svc.Truncate(ctx, r.Path, r.Size, r.Session)
+		if r.Path == "" {
+			n, err = s.svc.TruncateInode(ctx, r.Inode, r.Size, r.Session)
+		} else {
+			n, err = s.svc.Truncate(ctx, r.Path, r.Size, r.Session)
+		}
 	}
 	out.Inode = n
 	return out, err

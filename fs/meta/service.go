@@ -691,6 +691,11 @@ func (s *Service) OpenWrite(ctx context.Context, req, path, client string, creat
 		if n, err = getInode(ctx, tx, id); err != nil {
 			return err
 		}
+		if !n.Holes {
+			// Written at offsets from now on: it may have holes.
+			n.Holes = true
+			putInode(tx, n)
+		}
 		setJSON(tx, sessionKey(id, sid), session{Client: client, Expires: time.Now().Add(s.opts.SessionTTL).UnixNano()})
 		return nil
 	})
@@ -850,26 +855,45 @@ func (s *Service) maybeCollectUnlinked(ctx context.Context, tx kv.Txn, n *Inode,
 // the cut chunks are removed before Truncate returns, or by the collector
 // if this server dies first.
 func (s *Service) Truncate(ctx context.Context, path string, size int64, sid string) (*Inode, error) {
-	if size < 0 {
-		return nil, merr(ErrInvalid, "meta: truncate %s to %d", path, size)
-	}
 	comps, err := splitPath(path)
 	if err != nil {
 		return nil, err
 	}
+	return s.truncate(ctx, path, size, sid, func(tx kv.Txn) (uint64, error) {
+		id, d, err := walk(ctx, snap{tx}, path, comps)
+		if err != nil {
+			return 0, err
+		}
+		if d == nil || d.IsDir {
+			return 0, merr(ErrIsDir, "meta: truncate %s", path)
+		}
+		return id, nil
+	})
+}
+
+// TruncateInode is Truncate of an open file by inode (it may have been
+// renamed or removed since it was opened).
+func (s *Service) TruncateInode(ctx context.Context, inode uint64, size int64, sid string) (*Inode, error) {
+	return s.truncate(ctx, fmt.Sprintf("inode %d", inode), size, sid, func(kv.Txn) (uint64, error) { return inode, nil })
+}
+
+func (s *Service) truncate(ctx context.Context, what string, size int64, sid string, resolve func(tx kv.Txn) (uint64, error)) (*Inode, error) {
+	if size < 0 {
+		return nil, merr(ErrInvalid, "meta: truncate %s to %d", what, size)
+	}
 	var n *Inode
 	var rec *gcRecord
-	err = s.store.Update(ctx, func(tx kv.Txn) error {
+	err := s.store.Update(ctx, func(tx kv.Txn) error {
 		rec = nil
-		id, d, err := walk(ctx, snap{tx}, path, comps)
+		id, err := resolve(tx)
 		if err != nil {
 			return err
 		}
-		if d == nil || d.IsDir {
-			return merr(ErrIsDir, "meta: truncate %s", path)
-		}
 		if n, err = getInode(ctx, tx, id); err != nil {
 			return err
+		}
+		if n.IsDir() {
+			return merr(ErrIsDir, "meta: truncate %s", what)
 		}
 		if size < n.Size {
 			p := sessionPrefix(id)
@@ -879,7 +903,7 @@ func (s *Service) Truncate(ctx context.Context, path string, size int64, sid str
 			}
 			for _, x := range ss {
 				if string(x.Key) != string(sessionKey(id, sid)) {
-					return merr(ErrBusy, "meta: truncate %s: another writer has it open", path)
+					return merr(ErrBusy, "meta: truncate %s: another writer has it open", what)
 				}
 			}
 			n.TruncVer++
@@ -891,7 +915,9 @@ func (s *Service) Truncate(ctx context.Context, path string, size int64, sid str
 		}
 		n.Size, n.MTime = size, nowNano()
 		putInode(tx, n)
-		putDentry(tx, n.Parent, n.Name, n)
+		if n.Parent != 0 {
+			putDentry(tx, n.Parent, n.Name, n)
+		}
 		return nil
 	})
 	if err != nil {

@@ -47,6 +47,11 @@ type Inode struct {
 	TruncVer uint64  `json:"truncver,omitempty"`
 	Layout   *Layout `json:"layout,omitempty"`
 	Nlink    int     `json:"nlink"`
+	// Holes: the file was opened for writing at offsets, so ranges inside
+	// its length may never have been written (they read as zeros).
+	// Files written sequentially and published whole have no holes, and
+	// a reader treats missing bytes in them as lost data.
+	Holes bool `json:"holes,omitempty"`
 }
 
 // IsDir reports whether the inode is a directory.
