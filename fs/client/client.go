@@ -65,7 +65,13 @@ type Client struct {
 type nodeLoad struct {
 	sem      chan struct{} // bounds requests in flight to the node
 	inflight atomic.Int64  // bytes being read from the node (load balance)
+	// suspectUntil (unix nanos): the node just failed at the transport
+	// level (dead, unreachable); reads avoid it until then, so that every
+	// batch does not pay a timeout before mgmtd reacts.
+	suspectUntil atomic.Int64
 }
+
+func (n *nodeLoad) suspect() bool { return time.Now().UnixNano() < n.suspectUntil.Load() }
 
 // Dial connects to the cluster's mgmtd (any of addrs) and loads the
 // routing.
@@ -440,8 +446,15 @@ func (c *Client) readAttempt(ctx context.Context, r *proto.Routing, reads []Chun
 		}
 		var ok []proto.ChainTarget
 		for _, t := range cands {
-			if !sp.failed[t.ID] {
+			if !sp.failed[t.ID] && !c.node(t.Node).suspect() {
 				ok = append(ok, t)
+			}
+		}
+		if len(ok) == 0 {
+			for _, t := range cands {
+				if !sp.failed[t.ID] {
+					ok = append(ok, t)
+				}
 			}
 		}
 		if len(ok) == 0 {
@@ -521,6 +534,10 @@ func (c *Client) readBatch(ctx context.Context, r *proto.Routing, reads []ChunkR
 	if err != nil {
 		for i, sp := range b.spans {
 			sp.failed[b.ios[i].Target] = true
+		}
+		var re *transport.RemoteError
+		if !errors.As(err, &re) && !errors.Is(err, context.Canceled) {
+			c.node(b.node).suspectUntil.Store(time.Now().Add(2 * time.Second).UnixNano())
 		}
 		return err
 	}
