@@ -169,6 +169,41 @@ func (w *Writer) WriteFrom(r io.Reader, size int64) error {
 	return nil
 }
 
+// copierAt is an optional fs.Writer capability: copy a range of a file
+// straight into the output with parallel reads (localfs has it).
+type copierAt interface {
+	CopyFromAt(r io.ReaderAt, off, n int64, tee io.Writer, par int) (int64, error)
+}
+
+// copyParallelism is how many reads WriteFromAt keeps in flight for one
+// large sample.
+const copyParallelism = 4
+
+// WriteFromAt appends the next sample: the size bytes of r at off. Large
+// samples are read with several reads in flight, straight into the output
+// where the file system allows (local files), checksummed on the way.
+func (w *Writer) WriteFromAt(r io.ReaderAt, off, size int64) error {
+	c, ok := w.w.(copierAt)
+	if !ok || w.spool != nil {
+		return w.WriteFrom(io.NewSectionReader(r, off, size), size)
+	}
+	if err := w.check(); err != nil {
+		return err
+	}
+	if size < 0 {
+		w.err = fmt.Errorf("%w: %s: sample %d: negative size %d", ErrIndex, w.path, len(w.crcs), size)
+		return w.err
+	}
+	h := crc32.NewIEEE()
+	if _, err := c.CopyFromAt(r, off, size, h, copyParallelism); err != nil {
+		w.err = fmt.Errorf("ffrecord: %s: write sample %d: %w", w.path, len(w.crcs), err)
+		return w.err
+	}
+	w.crcs = append(w.crcs, h.Sum32())
+	w.lengths = append(w.lengths, size)
+	return nil
+}
+
 func (w *Writer) check() error {
 	if w.err != nil {
 		return w.err
@@ -441,6 +476,18 @@ func (w *ShardedWriter) WriteFrom(r io.Reader, size int64) error {
 		return w.Write(b)
 	}
 	return w.streamOne(size, func(cw *Writer) error { return cw.WriteFrom(r, size) })
+}
+
+// WriteFromAt appends the next sample: the size bytes of r at off (see
+// Writer.WriteFromAt).
+func (w *ShardedWriter) WriteFromAt(r io.ReaderAt, off, size int64) error {
+	if w.plan == nil {
+		return w.WriteFrom(io.NewSectionReader(r, off, size), size)
+	}
+	if w.err != nil {
+		return w.err
+	}
+	return w.streamOne(size, func(cw *Writer) error { return cw.WriteFromAt(r, off, size) })
 }
 
 func (w *ShardedWriter) writeStreaming(b []byte, crc uint32) error {

@@ -158,7 +158,7 @@ func runPack(ctx context.Context, src string, f packFlags, shardSizeSet bool) er
 
 	var res packResult
 	res.Format = format
-	var sink func(io.Reader, int64) error
+	var sink func(r io.ReaderAt, off, size int64) error
 	var finish func() ([]string, error)
 	var abort func()
 	if single {
@@ -171,7 +171,7 @@ func runPack(ctx context.Context, src string, f packFlags, shardSizeSet bool) er
 		if err != nil {
 			return err
 		}
-		sink = w.WriteFrom
+		sink = w.WriteFromAt
 		finish = func() ([]string, error) { return []string{f.out}, w.Close() }
 		abort = w.Abort
 	} else {
@@ -183,14 +183,14 @@ func runPack(ctx context.Context, src string, f packFlags, shardSizeSet bool) er
 			}
 			return err
 		}
-		sink = w.WriteFrom
+		sink = w.WriteFromAt
 		finish = w.Close
 		abort = w.Abort
 	}
 
 	bar := newProgress(total, "pack")
-	if err := packStream(ctx, samples, f.workers, func(r io.Reader, size int64) error {
-		if err := sink(r, size); err != nil {
+	if err := packStream(ctx, samples, f.workers, func(r io.ReaderAt, off, size int64) error {
+		if err := sink(r, off, size); err != nil {
 			return err
 		}
 		bar.Add64(size)
@@ -418,7 +418,7 @@ func packListTar(ctx context.Context, path string) ([]packSample, error) {
 // kernel to read the next samples in (posix_fadvise WILLNEED), at most
 // packAhead bytes ahead, so cold sources are fetched in parallel without
 // being copied through our memory.
-func packStream(ctx context.Context, samples []packSample, workers int, sink func(r io.Reader, size int64) error) error {
+func packStream(ctx context.Context, samples []packSample, workers int, sink func(r io.ReaderAt, off, size int64) error) error {
 	const packAhead = 256 << 20
 	files := newPackFileCache()
 	defer files.close()
@@ -508,54 +508,33 @@ func (c *packFileCache) willNeed(s packSample) {
 	}
 }
 
-// feed gives sink a reader of exactly the sample's bytes and checks that
-// the source still has exactly that many.
-func (c *packFileCache) feed(s packSample, sink func(io.Reader, int64) error) error {
-	changed := func(detail string) error {
-		return errkind.Wrap(errkind.Data, fmt.Errorf("pack: source %s changed while packing: %s", s.name, detail))
-	}
+// feed has sink copy the sample's bytes and checks that the source still
+// has exactly that many.
+func (c *packFileCache) feed(s packSample, sink func(io.ReaderAt, int64, int64) error) error {
+	var fh *os.File
+	var err error
 	if s.shared {
-		fh, err := c.shared(s.path)
-		if err != nil {
-			return err
+		fh, err = c.shared(s.path)
+	} else {
+		fh, err = os.Open(s.path)
+		if err == nil {
+			defer fh.Close()
 		}
-		cr := &countingReader{r: io.NewSectionReader(fh, s.off, s.size)}
-		if err := sink(cr, s.size); err != nil {
-			if cr.n < s.size {
-				return changed(fmt.Sprintf("%d of %d bytes readable", cr.n, s.size))
-			}
-			return err
-		}
-		return nil
 	}
-	fh, err := os.Open(s.path)
 	if err != nil {
 		return fmt.Errorf("pack: %w", err)
 	}
-	defer fh.Close()
-	cr := &countingReader{r: fh}
-	if err := sink(cr, s.size); err != nil {
-		if cr.n < s.size {
-			return changed(fmt.Sprintf("%d of %d bytes readable", cr.n, s.size))
-		}
-		return err
+	serr := sink(fh, s.off, s.size)
+	st, err := fh.Stat()
+	switch {
+	case err != nil:
+		return fmt.Errorf("pack: %w", err)
+	case s.shared && st.Size() < s.off+s.size:
+		return errkind.Wrap(errkind.Data, fmt.Errorf("pack: %s changed while packing: %s is cut short", s.path, s.name))
+	case !s.shared && st.Size() != s.size:
+		return errkind.Wrap(errkind.Data, fmt.Errorf("pack: source %s changed while packing: %d bytes, was %d", s.name, st.Size(), s.size))
 	}
-	var one [1]byte
-	if n, _ := fh.Read(one[:]); n > 0 {
-		return changed(fmt.Sprintf("it has grown past %d bytes", s.size))
-	}
-	return nil
-}
-
-type countingReader struct {
-	r io.Reader
-	n int64
-}
-
-func (c *countingReader) Read(p []byte) (int, error) {
-	n, err := c.r.Read(p)
-	c.n += int64(n)
-	return n, err
+	return serr
 }
 
 func (c *packFileCache) close() {

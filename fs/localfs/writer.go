@@ -125,6 +125,69 @@ func (w *writer) ReadFrom(r io.Reader) (int64, error) {
 	}
 }
 
+// copyPiece is the smallest piece CopyFromAt reads on its own goroutine.
+const copyPiece = 256 << 10
+
+// CopyFromAt writes n bytes of r starting at off, reading them straight
+// into the staged chunks with up to par reads in flight (pieces of at least
+// 256 KiB), and hands them, in order, to tee (a checksum) unless it is nil.
+// A short or failed read fails the writer.
+func (w *writer) CopyFromAt(r io.ReaderAt, off, n int64, tee io.Writer, par int) (int64, error) {
+	if err := w.failed(); err != nil {
+		return 0, err
+	}
+	par = max(par, 1)
+	var done int64
+	for done < n {
+		if w.cur == nil {
+			w.cur = chunkPool.Get().(*[]byte)
+			w.curLen = 0
+		}
+		span := min(n-done, int64(writeChunk-w.curLen))
+		dst := (*w.cur)[w.curLen : int64(w.curLen)+span]
+		pieces := max(1, min(int64(par), span/copyPiece))
+		size := (span + pieces - 1) / pieces
+		var wg sync.WaitGroup
+		errs := make([]error, pieces)
+		for k := range pieces {
+			a, b := k*size, min((k+1)*size, span)
+			read := func() {
+				got, err := r.ReadAt(dst[a:b], off+done+a)
+				if got == int(b-a) {
+					return
+				}
+				if err == nil || err == io.EOF {
+					err = io.ErrUnexpectedEOF
+				}
+				errs[k] = err
+			}
+			if pieces == 1 {
+				read()
+				continue
+			}
+			wg.Add(1)
+			go func() { defer wg.Done(); read() }()
+		}
+		wg.Wait()
+		for _, err := range errs {
+			if err != nil {
+				return done, w.setErr(fmt.Errorf("reading the source: %w", err))
+			}
+		}
+		if tee != nil {
+			tee.Write(dst)
+		}
+		w.curLen += int(span)
+		done += span
+		if w.curLen == writeChunk {
+			if err := w.submit(); err != nil {
+				return done, err
+			}
+		}
+	}
+	return done, nil
+}
+
 // submit hands the full chunk to a background write.
 func (w *writer) submit() error {
 	if !w.triedDir {

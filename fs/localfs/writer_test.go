@@ -3,6 +3,7 @@ package localfs
 import (
 	"bytes"
 	"context"
+	"io"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -71,5 +72,59 @@ func TestWriterChunksAndWriteAt(t *testing.T) {
 		if len(ents) != 1 {
 			t.Fatalf("left behind: %v", ents)
 		}
+	}
+}
+
+// CopyFromAt copies ranges of a file straight into the staged chunks with
+// parallel reads, in order, teeing the bytes in order.
+func TestWriterCopyFromAt(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	src := make([]byte, 9<<20+333)
+	rng := rand.New(rand.NewPCG(7, 8))
+	for i := range src {
+		src[i] = byte(rng.Uint32())
+	}
+	sp := filepath.Join(dir, "src")
+	os.WriteFile(sp, src, 0o644)
+	sf, _ := os.Open(sp)
+	defer sf.Close()
+	w, err := New().Create(ctx, filepath.Join(dir, "out"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := w.(interface {
+		CopyFromAt(r io.ReaderAt, off, n int64, tee io.Writer, par int) (int64, error)
+	})
+	var want, teed bytes.Buffer
+	w.Write([]byte("head"))
+	want.WriteString("head")
+	for _, r := range [][2]int64{{0, 100}, {5, 3 << 20}, {1 << 20, 6<<20 + 333}, {0, 0}} {
+		n, err := c.CopyFromAt(sf, r[0], r[1], &teed, 4)
+		if err != nil || n != r[1] {
+			t.Fatal(n, err)
+		}
+		want.Write(src[r[0] : r[0]+r[1]])
+	}
+	if _, err := c.CopyFromAt(sf, int64(len(src))-10, 20, nil, 4); err == nil {
+		t.Fatal("short source accepted")
+	}
+	if err := w.Commit(); err == nil {
+		t.Fatal("commit after a failed copy succeeded")
+	}
+	if !bytes.Equal(teed.Bytes(), want.Bytes()[4:]) {
+		t.Fatal("tee got other bytes")
+	}
+	w, _ = New().Create(ctx, filepath.Join(dir, "out"))
+	c = w.(interface {
+		CopyFromAt(r io.ReaderAt, off, n int64, tee io.Writer, par int) (int64, error)
+	})
+	c.CopyFromAt(sf, 0, int64(len(src)), nil, 3)
+	if err := w.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	got, _ := os.ReadFile(filepath.Join(dir, "out"))
+	if !bytes.Equal(got, src) {
+		t.Fatal("copied file differs")
 	}
 }
