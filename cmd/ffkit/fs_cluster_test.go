@@ -3,18 +3,22 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sort"
 	"strconv"
 	"strings"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/ffkit/ffkit/fs/clusterfs"
 )
 
 var (
@@ -50,6 +54,28 @@ type upCluster struct {
 	pids map[string]int
 	env  []string
 	done chan error
+	dir  string
+
+	mu       sync.Mutex
+	metaPids map[string]int // guarded by mu: "meta-1" -> pid, from fs up's stderr
+}
+
+// syncBuffer is a bytes.Buffer safe for one writer and readers.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) WriteString(x string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.b.WriteString(x)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }
 
 // startUp runs `ffkit fs up` with short timers and a private HOME (so the
@@ -64,12 +90,29 @@ func startUp(t *testing.T, dir string) *upCluster {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
+	var stderr syncBuffer
+	errPipe, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	u := &upCluster{cmd: cmd, pids: map[string]int{}, env: env, done: make(chan error, 1)}
+	u := &upCluster{cmd: cmd, pids: map[string]int{}, env: env, done: make(chan error, 1), dir: dir, metaPids: map[string]int{}}
+	go func() {
+		sc := bufio.NewScanner(errPipe)
+		for sc.Scan() {
+			l := sc.Text()
+			stderr.WriteString(l + "\n")
+			var name string
+			var pid int
+			if _, err := fmt.Sscanf(l, "ffkit: metadata server %s pid %d", &name, &pid); err == nil {
+				u.mu.Lock()
+				u.metaPids[name] = pid
+				u.mu.Unlock()
+			}
+		}
+	}()
 	lines := make(chan string, 16)
 	go func() {
 		sc := bufio.NewScanner(out)
@@ -195,6 +238,10 @@ func TestClusterEndToEnd(t *testing.T) {
 		t.Fatalf("df: %+v", df)
 	}
 
+	// Kill a metadata server process in the middle of creates, renames
+	// and removes: every operation takes effect exactly once.
+	metaKillTest(t, u)
+
 	// A dataset on the cluster.
 	samples := t.TempDir()
 	rng := rand.New(rand.NewPCG(7, 7))
@@ -233,4 +280,96 @@ func TestClusterEndToEnd(t *testing.T) {
 	if b, _ := os.ReadFile(got); !bytes.Equal(b, big) {
 		t.Fatal("a file written after the kill reads back different")
 	}
+}
+
+func metaKillTest(t *testing.T, u *upCluster) {
+	t.Helper()
+	ctx := context.Background()
+	tok, err := os.ReadFile(filepath.Join(u.dir, "token"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := clusterfs.Open(ctx, strings.TrimPrefix(u.url, "ffkit://"), clusterfs.Options{Token: strings.TrimSpace(string(tok)), RetryTimeout: 30 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	u.mu.Lock()
+	victim := u.metaPids["meta-1"]
+	u.mu.Unlock()
+	if victim == 0 {
+		t.Fatal("fs up did not report the metadata servers' pids")
+	}
+	const workers = 3
+	stop := make(chan struct{})
+	done := make([]int, workers)
+	errs := make(chan error, workers)
+	var wg sync.WaitGroup
+	for w := 0; w < workers; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			dir := fmt.Sprintf("/mk%d", w)
+			if err := f.MkdirAll(ctx, dir); err != nil {
+				errs <- err
+				return
+			}
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					done[w] = i
+					return
+				default:
+				}
+				a, b := fmt.Sprintf("%s/f%d", dir, i), fmt.Sprintf("%s/g%d", dir, i)
+				fw, err := f.Create(ctx, a)
+				if err == nil {
+					fw.Write([]byte(a))
+					err = fw.Commit()
+				}
+				if err == nil {
+					err = f.Rename(ctx, a, b)
+				}
+				if err == nil && i%2 == 0 {
+					err = f.Remove(ctx, b)
+				}
+				if err != nil {
+					errs <- fmt.Errorf("%s: %w", a, err)
+					return
+				}
+			}
+		}()
+	}
+	time.Sleep(time.Second)
+	if err := syscall.Kill(victim, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(2 * time.Second)
+	close(stop)
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	for w := 0; w < workers; w++ {
+		infos, err := f.List(ctx, fmt.Sprintf("/mk%d", w))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got, want []string
+		for _, fi := range infos {
+			got = append(got, fi.Name)
+		}
+		for i := 0; i < done[w]; i++ {
+			if i%2 == 1 {
+				want = append(want, fmt.Sprintf("g%d", i))
+			}
+		}
+		sort.Strings(got)
+		sort.Strings(want)
+		if fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Fatalf("/mk%d holds %v, want %v", w, got, want)
+		}
+	}
+	t.Logf("metadata server killed mid-operations; operations per worker: %v", done)
 }

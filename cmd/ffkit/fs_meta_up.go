@@ -79,6 +79,9 @@ func startUpMeta(ctx context.Context, c *FSUpCluster) (func() error, error) {
 		live, err := meta.LiveServers(ctx, c.Store)
 		if err == nil && len(live) >= upMetaServers {
 			fmt.Fprintf(os.Stderr, "ffkit: metadata servers at %s\n", strings.Join(live, ", "))
+			for i, k := range kids {
+				fmt.Fprintf(os.Stderr, "ffkit: metadata server meta-%d pid %d\n", i+1, k.cmd.Process.Pid)
+			}
 			return stop, nil
 		}
 		for i, k := range kids {

@@ -169,6 +169,13 @@ func (c *Client) call(ctx context.Context, m uint16, req *Request) (*Response, e
 				return &resp, nil
 			}
 			if !retryable(err) || ctx.Err() != nil {
+				var re *transport.RemoteError
+				if errors.As(err, &re) {
+					if base, ok := codes[re.Code]; ok {
+						// The server's own message already names the operation.
+						return nil, &Error{Code: re.Code, Msg: re.Msg, Base: base}
+					}
+				}
 				return nil, err
 			}
 		}
