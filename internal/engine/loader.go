@@ -63,6 +63,7 @@ type loaderOpenReq struct {
 	DropLast     bool     `json:"drop_last"`
 	Prefetch     int      `json:"prefetch"`
 	Hold         int      `json:"hold"`
+	Ahead        int      `json:"ahead"`
 	CheckData    bool     `json:"check_data"`
 	Direct       bool     `json:"direct"`
 	Workers      int      `json:"workers"`
@@ -109,7 +110,12 @@ func loaderOpen(ctx context.Context, s *Server, hdr, body []byte, fds []int) (re
 		maxLen = max(maxLen, l)
 	}
 	slotSize := max(maxLen*int64(q.BatchSize), 1)
-	slots := q.Prefetch + q.Hold
+	if q.Ahead < 0 {
+		q.Ahead = 0
+	}
+	// Slots: batches being prefetched, batches sent ahead to Python but not
+	// yet taken, and batches Python holds.
+	slots := q.Prefetch + q.Hold + q.Ahead
 	if q.MemoryBudget > 0 && slotSize*int64(slots) > q.MemoryBudget {
 		slotSize = q.MemoryBudget / int64(slots)
 		if slotSize < maxLen {
@@ -168,6 +174,7 @@ func newRing(size int64) (*segment, error) { return newSparseSegment("ffkit-ring
 type loaderReq struct {
 	request
 	Release []int           `json:"release"`
+	Keep    []int           `json:"keep"`
 	Epoch   int64           `json:"epoch"`
 	State   json.RawMessage `json:"state"`
 }
@@ -181,8 +188,21 @@ func loaderArgs(s *Server, hdr []byte) (*loaderHandle, loaderReq, error) {
 	if err != nil {
 		return nil, q, err
 	}
-	h.release(q.Release)
+	if _, early := earlyOps[q.Op]; !early {
+		h.release(q.Release)
+	}
 	return h, q, nil
+}
+
+// releaseEarly applies a request's releases when it is read (see earlyOps).
+func releaseEarly(s *Server, hdr []byte) {
+	var q loaderReq
+	if json.Unmarshal(hdr, &q) != nil || len(q.Release) == 0 {
+		return
+	}
+	if h, err := lookup[*loaderHandle](s, q.Handle); err == nil {
+		h.release(q.Release)
+	}
 }
 
 // loaderNext returns the next batch: the header names its slot, epoch,
@@ -231,6 +251,30 @@ func loaderRelease(ctx context.Context, s *Server, hdr, body []byte, fds []int) 
 	return okReply(), nil
 }
 
+// loaderReclaim releases every lent slot except those Python still holds
+// (after Python abandoned replies it never read, e.g. on Ctrl-C).
+func loaderReclaim(ctx context.Context, s *Server, hdr, body []byte, fds []int) (reply, error) {
+	closeFDs(fds)
+	h, q, err := loaderArgs(s, hdr)
+	if err != nil {
+		return reply{}, err
+	}
+	keep := map[int]bool{}
+	for _, k := range q.Keep {
+		keep[k] = true
+	}
+	var drop []int
+	h.mu.Lock()
+	for slot := range h.held {
+		if !keep[slot] {
+			drop = append(drop, slot)
+		}
+	}
+	h.mu.Unlock()
+	h.release(drop)
+	return okReply(), nil
+}
+
 func loaderSetEpoch(ctx context.Context, s *Server, hdr, body []byte, fds []int) (reply, error) {
 	closeFDs(fds)
 	h, q, err := loaderArgs(s, hdr)
@@ -272,6 +316,9 @@ func init() {
 	ops["loader_open"] = loaderOpen
 	ops["loader_next"] = loaderNext
 	ops["loader_release"] = loaderRelease
+	ops["loader_reclaim"] = loaderReclaim
+	earlyOps["loader_next"] = releaseEarly
+	earlyOps["loader_release"] = releaseEarly
 	ops["loader_set_epoch"] = loaderSetEpoch
 	ops["loader_restore"] = loaderRestore
 	ops["loader_stats"] = loaderStats

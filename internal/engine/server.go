@@ -153,6 +153,8 @@ func (s *Server) serveConn(ctx context.Context, c *net.UnixConn, control bool) e
 			f, err := readFrame(c)
 			if err != nil {
 				cancel() // the peer left: abandon what it asked for
+			} else {
+				s.early(f.header)
 			}
 			select {
 			case frames <- in{f, err}:
@@ -231,6 +233,25 @@ func (s *Server) connect(ctx context.Context, fds []int) (reply, error) {
 		return reply{}, fmt.Errorf("%w: more than %d connections", ErrBadRequest, MaxConns)
 	}
 	return okReply(), nil
+}
+
+// earlyOps run as soon as a request is read, before the requests queued
+// ahead of it on its connection are served. Loader slot releases must: a
+// pipelined "next" may be blocked waiting for exactly the slot that a
+// later request on the same connection gives back.
+var earlyOps = map[string]func(s *Server, hdr []byte){}
+
+func (s *Server) early(hdr []byte) {
+	if len(earlyOps) == 0 {
+		return
+	}
+	var r request
+	if json.Unmarshal(hdr, &r) != nil {
+		return
+	}
+	if f, ok := earlyOps[r.Op]; ok {
+		f(s, hdr)
+	}
 }
 
 // codes maps sentinel errors to the short codes Python turns into exception

@@ -74,8 +74,8 @@ def _recv_exact_into(sock, view):
         got += k
 
 
-def roundtrip(sock, header, body=b"", fds=()):
-    """Sends one request frame and returns the reply (raising its error)."""
+def send_request(sock, header, body=b"", fds=()):
+    """Sends one request frame."""
     h = json.dumps(header, separators=(",", ":")).encode()
     blen = len(body) if not isinstance(body, memoryview) else body.nbytes
     msg = _PRE.pack(len(h), blen) + h
@@ -90,6 +90,10 @@ def roundtrip(sock, header, body=b"", fds=()):
         sock.sendall(msg)
     if blen:
         sock.sendall(body)
+
+
+def recv_reply(sock):
+    """Receives one reply frame (raising its error as an exception)."""
     data, rfds, _, _ = socket.recv_fds(sock, 65536, _MAX_FDS)
     try:
         if not data:
@@ -114,6 +118,53 @@ def roundtrip(sock, header, body=b"", fds=()):
         rep.close_fds()
         raise errors.from_reply(hdr)
     return rep
+
+
+class Pipe:
+    """A connection with several requests in flight: replies arrive back to
+    back, so bytes past one frame are kept for the next."""
+
+    def __init__(self, sock):
+        self.sock = sock
+        self._buf = bytearray()
+        self._fds = []
+
+    def send(self, header, body=b""):
+        send_request(self.sock, header, body)
+
+    def recv(self):
+        buf = self._buf
+        while True:
+            if len(buf) >= 8:
+                hl, bl = _PRE.unpack_from(buf)
+                total = 8 + hl + bl
+                if len(buf) >= total:
+                    hdr = json.loads(bytes(buf[8 : 8 + hl]))
+                    body = bytes(buf[8 + hl : total])
+                    del buf[:total]
+                    rep = Reply(hdr, body, self._fds)
+                    self._fds = []
+                    if "error" in hdr:
+                        rep.close_fds()
+                        raise errors.from_reply(hdr)
+                    return rep
+            data, fds, _, _ = socket.recv_fds(self.sock, 1 << 18, _MAX_FDS)
+            self._fds += fds
+            if not data:
+                raise errors.EngineError("ffkit: the engine closed the connection (did the helper process die?)")
+            buf += data
+
+    def close(self):
+        for fd in self._fds:
+            os.close(fd)
+        self._fds = []
+        self.sock.close()
+
+
+def roundtrip(sock, header, body=b"", fds=()):
+    """Sends one request frame and returns the reply (raising its error)."""
+    send_request(sock, header, body, fds)
+    return recv_reply(sock)
 
 
 def _recv_exact(sock, n):
@@ -158,6 +209,11 @@ class Engine:
                 f"ffkit: engine protocol {rep.header.get('version')}, this package speaks {PROTOCOL_VERSION}"
             )
         self.helper_pid = rep.header.get("pid")
+
+    def connection(self):
+        """A connection of its own for a caller that pipelines requests (a
+        Loader); the caller closes it."""
+        return self._connection()
 
     def _connection(self):
         try:

@@ -178,11 +178,13 @@ class Loader:
         skip_bad: substitute bad samples (logged) instead of failing.
         direct: O_DIRECT reads (bypass the page cache).
         block_size: block shuffle (samples of a block stay together).
+        ahead: batch requests kept in flight to the engine (default 2), so a
+            ready batch is already in the socket when you ask for it.
     """
 
     def __init__(self, path, batch_size, shuffle=True, seed=0, rank=None, world_size=None, drop_last=False,
                  prefetch=4, check_data=True, hold=2, memory_budget=None, workers=None, skip_bad=False,
-                 direct=False, block_size=0):
+                 direct=False, block_size=0, ahead=2):
         rank, world_size = _dist_defaults(rank, world_size)
         self.paths = _paths(path)
         self.batch_size = int(batch_size)
@@ -192,8 +194,9 @@ class Loader:
             "seed": int(seed), "rank": rank, "world_size": world_size, "drop_last": bool(drop_last),
             "prefetch": int(prefetch), "hold": self.hold, "check_data": bool(check_data),
             "direct": bool(direct), "workers": int(workers or 0), "memory_budget": int(memory_budget or 0),
-            "skip_bad": bool(skip_bad), "block_size": int(block_size),
+            "skip_bad": bool(skip_bad), "block_size": int(block_size), "ahead": int(ahead),
         }
+        self.ahead = max(0, int(ahead))
         self.rank, self.world_size = rank, world_size
         self._eng = None
         self._hid = None
@@ -205,6 +208,10 @@ class Loader:
         self._state = None  # full state after the last batch handed out
         self._stash = None  # first batch of the next epoch, read ahead
         self._closed = False
+        self._sock = None  # this loader's own connection, for pipelined "next"s
+        self._inflight = 0  # "next" requests sent and not yet answered
+        self._live = set()  # slots of batches handed out and not yet released
+        self._needs_recover = False
         self._ensure()
         self._epoch = self._state["epoch"]
 
@@ -217,11 +224,18 @@ class Loader:
         if self._eng is e:
             return e
         if self._pid != os.getpid():
-            # Forked: the inherited lock, ring and batches belong to the parent.
+            # Forked: the inherited lock, ring, socket and batches belong to
+            # the parent.
             self._lock = threading.RLock()
             self._pid = os.getpid()
             self._stash = None
             self._outstanding = 0
+        if self._sock is not None:
+            self._sock.close()
+        self._sock = None
+        self._inflight = 0
+        self._live = set()
+        self._needs_recover = False
         rep = e.call(dict(self._open_header))
         h = rep.header
         try:
@@ -249,8 +263,12 @@ class Loader:
         self._state = template
         return e
 
-    def _call(self, header):
+    def _call(self, header, quiesce=True):
         e = self._ensure()
+        if quiesce:
+            self._quiesce()
+            if self._needs_recover:
+                self._recover(e)
         header["handle"] = self._hid
         rel = self._drain()
         if rel:
@@ -264,6 +282,7 @@ class Loader:
         g = self._gen
         out = [s for (gen, s) in items if gen == g]
         self._outstanding -= len(out)
+        self._live.difference_update(out)
         return out
 
     def _on_release(self, gen, slot):
@@ -275,18 +294,88 @@ class Loader:
         """Batches per epoch on this rank."""
         return self._batches
 
+    def _send_next(self):
+        header = {"op": "loader_next", "handle": self._hid}
+        rel = self._drain()
+        if rel:
+            header["release"] = rel
+        self._sock.send(header)
+        self._inflight += 1
+
+    def _abandon(self):
+        """Drops the pipelined connection after an error or an interrupt:
+        the engine gets back every slot we do not hold and rewinds to the
+        last batch we handed out, so nothing is skipped."""
+        if self._sock is not None:
+            self._sock.close()
+        self._sock = None
+        self._inflight = 0
+        self._needs_recover = True
+
+    def _recover(self, e):
+        self._needs_recover = False
+        rel = self._drain()
+        e.call({"op": "loader_reclaim", "handle": self._hid, "keep": sorted(self._live), "release": rel})
+        st = self._state
+        if st["cursor"] == 0 and st["step"] == 0:
+            e.call({"op": "loader_set_epoch", "handle": self._hid, "epoch": st["epoch"]})
+        else:
+            e.call({"op": "loader_restore", "handle": self._hid, "state": dict(st)})
+
+    def _quiesce(self):
+        """Takes back the batches requested ahead (before a seek)."""
+        while self._inflight:
+            try:
+                rep = self._sock.recv()
+            except BaseException:
+                self._abandon()
+                return
+            self._inflight -= 1
+            slot = rep.header.get("slot")
+            if slot is not None:
+                self._released.append((self._gen, slot))
+                self._outstanding += 1
+                self._live.add(slot)
+
     def _fetch(self):
-        if self._outstanding - len(self._released) >= self._slots:
+        room = self._slots - self.ahead
+        if self._outstanding - len(self._released) >= room:
             import gc
 
             gc.collect()
-            if self._outstanding - len(self._released) >= self._slots:
+            if self._outstanding - len(self._released) >= room:
                 raise errors.UsageError(
-                    f"ffkit.Loader: {self._outstanding} batches are held unreleased and the ring has "
-                    f"{self._slots} slots; release batches (batch.release(), or drop references), "
+                    f"ffkit.Loader: {self._outstanding} batches are held unreleased and the ring has room for "
+                    f"{room}; release batches (batch.release(), or drop references), "
                     f"copy what you keep (batch.copy()), or raise hold= (now {self.hold})"
                 )
-        rep = self._call({"op": "loader_next"})
+        e = self._ensure()
+        if self._needs_recover:
+            self._recover(e)
+        if self._sock is None:
+            self._sock = _engine.Pipe(e.connection())
+        try:
+            if self._inflight == 0:
+                self._send_next()
+            rep = self._sock.recv()
+            self._inflight -= 1
+            # Keep `ahead` requests queued while the caller works on this one.
+            while self._inflight < self.ahead:
+                self._send_next()
+        except errors.EngineError:
+            self._abandon()
+            e._check_alive(wait=True)
+            raise
+        except errors.FFKitError:
+            self._abandon()
+            raise
+        except OSError as err:
+            self._abandon()
+            e._check_alive(wait=True)
+            raise errors.EngineError(f"ffkit: lost the engine helper process: {err}") from err
+        except BaseException:
+            self._abandon()
+            raise
         h = rep.header
         if h.get("end"):
             return None
@@ -299,6 +388,7 @@ class Loader:
         mem = self._slot_type.from_buffer(self._ring, base)
         buf = np.frombuffer(mem, dtype=np.uint8)
         self._outstanding += 1
+        self._live.add(slot)
         fin = weakref.finalize(mem, self._on_release, self._gen, slot)
         st = h["state"]
         self._state = dict(self._state, epoch=st["epoch"], cursor=st["cursor"], step=st["step"])
@@ -357,12 +447,15 @@ class Loader:
 
     def stats(self):
         """The Go loader's counters (batches, bytes, read time, stalls...)."""
-        return self._call({"op": "loader_stats"}).header["stats"]
+        return self._call({"op": "loader_stats"}, quiesce=False).header["stats"]
 
     def close(self):
         if self._closed:
             return
         self._stash = None
+        if self._sock is not None and self._pid == os.getpid():
+            self._sock.close()
+        self._sock = None
         e, hid = self._eng, self._hid
         self._eng = self._hid = None
         self._closed = True
@@ -402,5 +495,10 @@ class Loader:
         self._state = st["state"]
         self._stash = None
         self._closed = False
+        self.ahead = max(0, int(self._open_header.get("ahead", 2)))
+        self._sock = None
+        self._inflight = 0
+        self._live = set()
+        self._needs_recover = False
         self._ensure()
         self._epoch = st["epoch"]
