@@ -12,6 +12,8 @@ import (
 	"github.com/apache/arrow-go/v18/arrow/bitutil"
 	"github.com/apache/arrow-go/v18/arrow/memory"
 	pq "github.com/parquet-go/parquet-go"
+
+	"github.com/ffkit/ffkit/scan/expr"
 )
 
 // The fast path decodes flat fixed-width columns (int32, int64, float32,
@@ -98,7 +100,9 @@ func (pf *File) pqFile() (*pq.File, error) {
 var errDecline = errors.New("fast path declined")
 
 // fastRead decodes column col of row group rg, or returns errDecline.
-func (pf *File) fastRead(rg, col int, nrows int64) (arr arrow.Array, err error) {
+// Rows [lo, hi) are decoded; pages before lo are skipped unread when the
+// chunk has an offset index.
+func (pf *File) fastRead(rg, col int, lo, hi int64) (arr arrow.Array, err error) {
 	g, err := pf.pqFile()
 	if err != nil {
 		return nil, err
@@ -123,14 +127,20 @@ func (pf *File) fastRead(rg, col int, nrows int64) (arr arrow.Array, err error) 
 	case arrow.INT32, arrow.FLOAT32, arrow.DATE32:
 		width = 4
 	}
-	n := int(nrows)
+	n := int(hi - lo)
 	data := make([]byte, n*width)
 	var valid []byte // allocated at the first null
 	nulls := 0
 	pos := 0
 	pages := chunks[leaf].Pages()
 	defer pages.Close()
-	for {
+	if lo > 0 {
+		chunks[leaf].OffsetIndex() // loads the offset index SeekToRow uses, if there is one
+		if err := pages.SeekToRow(lo); err != nil {
+			return nil, corruptf(pf.Path, fmt.Errorf("row group %d column %q: seek to row %d: %w", rg, pf.Schema.Field(col).Name, lo, err))
+		}
+	}
+	for pos < n {
 		p, err := pages.ReadPage()
 		if err == io.EOF {
 			break
@@ -141,6 +151,10 @@ func (pf *File) fastRead(rg, col int, nrows int64) (arr arrow.Array, err error) 
 		if p.Dictionary() != nil {
 			pq.Release(p)
 			return nil, errDecline
+		}
+		whole := p
+		if int(p.NumRows()) > n-pos {
+			p = p.Slice(0, int64(n-pos))
 		}
 		d := p.Data()
 		var raw []byte
@@ -160,7 +174,7 @@ func (pf *File) fastRead(rg, col int, nrows int64) (arr arrow.Array, err error) 
 		}
 		rows := int(p.NumRows())
 		if pos+rows > n || len(raw)/width > rows {
-			pq.Release(p)
+			pq.Release(whole)
 			return nil, corruptf(pf.Path, fmt.Errorf("row group %d column %q: pages hold more than %d rows", rg, pf.Schema.Field(col).Name, n))
 		}
 		if p.NumNulls() == 0 && len(raw)/width == rows {
@@ -173,7 +187,7 @@ func (pf *File) fastRead(rg, col int, nrows int64) (arr arrow.Array, err error) 
 		} else {
 			defs := p.DefinitionLevels()
 			if len(defs) != rows {
-				pq.Release(p)
+				pq.Release(whole)
 				return nil, errDecline
 			}
 			if valid == nil {
@@ -189,7 +203,7 @@ func (pf *File) fastRead(rg, col int, nrows int64) (arr arrow.Array, err error) 
 					continue
 				}
 				if (j+1)*width > len(raw) {
-					pq.Release(p)
+					pq.Release(whole)
 					return nil, corruptf(pf.Path, fmt.Errorf("row group %d column %q: fewer values than definition levels", rg, pf.Schema.Field(col).Name))
 				}
 				copy(data[(pos+i)*width:(pos+i+1)*width], raw[j*width:(j+1)*width])
@@ -198,7 +212,7 @@ func (pf *File) fastRead(rg, col int, nrows int64) (arr arrow.Array, err error) 
 			}
 		}
 		pos += rows
-		pq.Release(p)
+		pq.Release(whole)
 	}
 	if pos != n {
 		return nil, corruptf(pf.Path, fmt.Errorf("row group %d column %q: %d rows decoded, want %d", rg, pf.Schema.Field(col).Name, pos, n))
@@ -210,4 +224,71 @@ func (pf *File) fastRead(rg, col int, nrows int64) (arr arrow.Array, err error) 
 	ad := array.NewData(dt, n, []*memory.Buffer{vb, memory.NewBufferBytes(data)}, nil, nulls, 0)
 	defer ad.Release()
 	return array.MakeFromData(ad), nil
+}
+
+// pageRanges returns the row ranges of row group rg that may hold rows the
+// predicate keeps, judged page by page from the column index of col, the
+// only column pred reads. ok is false when the chunk has no page index (or
+// one page). skipped counts the pages ruled out.
+func (pf *File) pageRanges(rg, col int, pred expr.Node) (ranges [][2]int64, pages, skipped int, ok bool) {
+	if !pf.fastOK(col) {
+		return nil, 0, 0, false
+	}
+	g, err := pf.pqFile()
+	if err != nil || rg >= len(g.RowGroups()) {
+		return nil, 0, 0, false
+	}
+	chunk := g.RowGroups()[rg].ColumnChunks()[pf.leaves[col][0]]
+	ci, err1 := chunk.ColumnIndex()
+	oi, err2 := chunk.OffsetIndex()
+	if err1 != nil || err2 != nil || ci.NumPages() <= 1 || ci.NumPages() != oi.NumPages() {
+		return nil, 0, 0, false
+	}
+	nrows := pf.RowGroupRows(rg)
+	kind := expr.TInt
+	switch pf.Schema.Field(col).Type.ID() {
+	case arrow.FLOAT32, arrow.FLOAT64:
+		kind = expr.TFloat
+	case arrow.DATE32:
+		kind = expr.TDate
+	}
+	val := func(v pq.Value) expr.Value {
+		switch pf.Schema.Field(col).Type.ID() {
+		case arrow.FLOAT32:
+			return expr.Value{T: kind, F: float64(v.Float())}
+		case arrow.FLOAT64:
+			return expr.Value{T: kind, F: v.Double()}
+		case arrow.INT64:
+			return expr.Value{T: kind, I: v.Int64()}
+		}
+		return expr.Value{T: kind, I: int64(v.Int32())}
+	}
+	pages = ci.NumPages()
+	for k := 0; k < pages; k++ {
+		first := oi.FirstRowIndex(k)
+		last := nrows
+		if k+1 < pages {
+			last = oi.FirstRowIndex(k + 1)
+		}
+		if first < 0 || last > nrows || first > last {
+			return nil, 0, 0, false
+		}
+		st := expr.Stats{Rows: last - first, HasNullCount: true, NullCount: ci.NullCount(k)}
+		if ci.NullPage(k) {
+			st.NullCount = st.Rows
+		} else {
+			st.Min, st.Max, st.HasMinMax = val(ci.MinValue(k)), val(ci.MaxValue(k)), true
+		}
+		keep := expr.MayMatch(pred, func(string) (expr.Stats, bool) { return st, true })
+		if !keep {
+			skipped++
+			continue
+		}
+		if n := len(ranges); n > 0 && ranges[n-1][1] == first {
+			ranges[n-1][1] = last
+		} else {
+			ranges = append(ranges, [2]int64{first, last})
+		}
+	}
+	return ranges, pages, skipped, true
 }

@@ -88,20 +88,23 @@ type Job struct {
 
 // Summary reports what a job did.
 type Summary struct {
-	Fingerprint      string   `json:"fingerprint"`
-	Output           string   `json:"output"`
-	InputFiles       int      `json:"input_files"`
-	RowsIn           int64    `json:"rows_in"`
-	RowsOut          int64    `json:"rows_out"`
-	BytesRead        int64    `json:"bytes_read"`
-	RowGroups        int      `json:"row_groups"`
-	RowGroupsSkipped int      `json:"row_groups_skipped"`
-	Partitions       int      `json:"partitions"`
-	Tasks            int      `json:"tasks"`
-	TasksSkipped     int      `json:"tasks_skipped"`
-	Retries          int      `json:"retries"`
-	OutputFiles      []string `json:"output_files"`
-	Seconds          float64  `json:"seconds"`
+	Fingerprint      string `json:"fingerprint"`
+	Output           string `json:"output"`
+	InputFiles       int    `json:"input_files"`
+	RowsIn           int64  `json:"rows_in"`
+	RowsOut          int64  `json:"rows_out"`
+	BytesRead        int64  `json:"bytes_read"`
+	RowGroups        int    `json:"row_groups"`
+	RowGroupsSkipped int    `json:"row_groups_skipped"`
+	// PagesSkipped counts pages a page index ruled out inside row groups
+	// that were read.
+	PagesSkipped int64    `json:"pages_skipped"`
+	Partitions   int      `json:"partitions"`
+	Tasks        int      `json:"tasks"`
+	TasksSkipped int      `json:"tasks_skipped"`
+	Retries      int      `json:"retries"`
+	OutputFiles  []string `json:"output_files"`
+	Seconds      float64  `json:"seconds"`
 	// UpToDate: the output was already published by the same job.
 	UpToDate bool `json:"up_to_date"`
 }
@@ -268,6 +271,9 @@ func Run(ctx context.Context, job Job) (*Summary, error) {
 	if r.src2 != nil {
 		r.sum.BytesRead += r.src2.BytesRead.Load()
 	}
+	if r.q != nil {
+		r.sum.PagesSkipped = r.q.pagesSkipped.Load()
+	}
 	r.sum.Seconds = time.Since(start).Seconds()
 	out := r.sum
 	return &out, nil
@@ -356,7 +362,7 @@ func compileQueryCols(src *Source, cols []string, where string) (*query, error) 
 		}
 	}
 	keep = append(keep, cols...)
-	q2 := &query{whereNode: q.whereNode}
+	q2 := &query{whereNode: q.whereNode, pageCol: -1}
 	for _, n := range keep {
 		if !slices.Contains(q2.readNames, n) {
 			q2.readNames = append(q2.readNames, n)

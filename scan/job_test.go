@@ -9,6 +9,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/apache/arrow-go/v18/parquet"
+	"github.com/apache/arrow-go/v18/parquet/pqarrow"
+
 	"github.com/ffkit/ffkit/internal/errkind"
 	"github.com/ffkit/ffkit/scan/expr"
 )
@@ -419,5 +422,73 @@ func TestCorruptParquetNamesTheFile(t *testing.T) {
 			t.Fatalf("%s: error %q (kind %v) does not name the file as bad data", n, err, errkind.Of(err))
 		}
 		t.Logf("%s: %v", n, err)
+	}
+}
+
+func TestPageIndexSkipsPages(t *testing.T) {
+	db := openDuck(t)
+	in, src := tmpPath(t, "paged.parquet"), tmpPath(t, "src.parquet")
+	// one 200,000-row row group with small pages and a page index
+	mustExec(t, db, "COPY (SELECT i AS id, CASE WHEN i %% 9 = 0 THEN NULL ELSE i * 0.5 END::DOUBLE AS v, (i %% 1000)::INTEGER AS k, (i %% 77)::DECIMAL(9,2) AS dec FROM range(200000) t(i)) TO '%s' (FORMAT parquet)", src)
+	writePaged(t, src, in)
+	full, err := Run(bg, Job{Inputs: []string{in}, Where: "k >= 0", Output: tmpPath(t, "a.parquet")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cases := []struct{ where, cols string }{
+		{"id BETWEEN 123456 AND 124000", "*"}, // one range: the decimal column (pqarrow) is read whole
+		{"id < 10 OR id > 199990", "id, v, k"},
+		{"id IN (5, 150000)", "id, k, v"},
+		{"id >= 199000", "*"},
+	}
+	for _, c := range cases {
+		out := tmpPath(t, "b.parquet")
+		cols := c.cols
+		if cols == "*" {
+			cols = ""
+		}
+		s, err := Run(bg, Job{Inputs: []string{in}, Where: c.where, Columns: cols, Output: out})
+		if err != nil {
+			t.Fatal(err)
+		}
+		sameAsDuck(t, db, out, fmt.Sprintf("SELECT %s FROM read_parquet(%s) WHERE %s", c.cols, sqlString(in), c.where))
+		if s.RowGroupsSkipped != 0 || s.PagesSkipped < 50 || s.BytesRead*2 > full.BytesRead {
+			t.Fatalf("%s: %d pages skipped, %d bytes read (full scan %d)", c.where, s.PagesSkipped, s.BytesRead, full.BytesRead)
+		}
+		t.Logf("%s: %d pages skipped, %d of %d bytes read", c.where, s.PagesSkipped, s.BytesRead, full.BytesRead)
+	}
+}
+
+// writePaged rewrites a Parquet file as one row group of 4 KiB pages with
+// a page index.
+func writePaged(t *testing.T, in, out string) {
+	pf, err := OpenFile(bg, in, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pf.Close()
+	f, err := os.Create(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	w, err := pqarrow.NewFileWriter(pf.Schema, f, parquet.NewWriterProperties(parquet.WithDataPageSize(4096),
+		parquet.WithPageIndexEnabled(true), parquet.WithMaxRowGroupLength(1<<30), parquet.WithDictionaryDefault(false)),
+		pqarrow.DefaultWriterProps())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for rg := 0; rg < pf.NumRowGroups(); rg++ {
+		rec, err := pf.ReadRowGroup(bg, rg, allPos(pf.Schema.NumFields()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := w.WriteBuffered(rec); err != nil {
+			t.Fatal(err)
+		}
+		rec.Release()
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -45,6 +45,10 @@ type query struct {
 	idx        indexCache
 	// dict marks read columns (by position) decoded as dictionaries
 	dict []bool
+	// pageCol is the position of the filter's only column (-1: the filter
+	// reads none or several); its page index can prune pages
+	pageCol      int
+	pagesSkipped atomic.Int64
 }
 
 func pick(b []bool, pos []int) []bool {
@@ -67,7 +71,7 @@ type outItem struct {
 // compileQuery binds the select list and filter to the source. extra names
 // columns some later step needs (hash keys, aggregate inputs).
 func compileQuery(src *Source, columns, where string, extra []string) (*query, error) {
-	q := &query{}
+	q := &query{pageCol: -1}
 	var items []expr.Item
 	if columns != "" {
 		var err error
@@ -125,6 +129,9 @@ func compileQuery(src *Source, columns, where string, extra []string) (*query, e
 			} else {
 				q.otherPos = append(q.otherPos, i)
 			}
+		}
+		if len(q.filterPos) == 1 {
+			q.pageCol = q.filterPos[0]
 		}
 		q.where, err = expr.Compile(q.whereNode, arrow.NewSchema(ffields, nil))
 		if err != nil {
@@ -235,26 +242,103 @@ func allPos(n int) []int {
 // passes. The batch has readSchema; the caller releases it. The filter
 // columns are read first; the others only when some row passes.
 func (q *query) read(ctx context.Context, u unit) (arrow.RecordBatch, error) {
-	slice := func(r arrow.RecordBatch) arrow.RecordBatch {
-		if u.hi < 0 {
-			return r
+	if q.where != nil && u.hi < 0 && FastPath && q.pageCol >= 0 {
+		if ranges, ok := q.pagePrune(u); ok {
+			if len(ranges) == 0 {
+				return nil, nil
+			}
+			var recs []arrow.RecordBatch
+			defer func() { releaseBatches(recs) }()
+			for _, r := range ranges {
+				rec, err := q.readRange(ctx, unit{file: u.file, rg: u.rg, lo: r[0], hi: r[1]})
+				if err != nil {
+					return nil, err
+				}
+				if rec != nil {
+					recs = append(recs, rec)
+				}
+			}
+			return concatBatches(recs)
 		}
-		s := r.NewSlice(u.lo, u.hi)
-		r.Release()
-		return s
+	}
+	return q.readRange(ctx, u)
+}
+
+// pagePrune narrows a row group to the row ranges whose pages the column
+// index of the filter's one column does not rule out. ok is false when
+// the page index does not help (absent, or no page ruled out).
+func (q *query) pagePrune(u unit) ([][2]int64, bool) {
+	fc := q.fileCols(u.file, []int{q.pageCol})[0]
+	ranges, _, skipped, ok := u.file.pageRanges(u.rg, fc, q.whereNode)
+	if !ok || skipped == 0 {
+		return nil, false
+	}
+	if len(ranges) > 1 {
+		// columns off the fast path are decoded whole for every range:
+		// worth it for one range only
+		for _, c := range q.fileCols(u.file, allPos(len(q.readNames))) {
+			if !u.file.fastOK(c) {
+				return nil, false
+			}
+		}
+	}
+	q.pagesSkipped.Add(int64(skipped))
+	return ranges, true
+}
+
+// concatBatches joins batches of one schema into one (and releases them).
+func concatBatches(recs []arrow.RecordBatch) (arrow.RecordBatch, error) {
+	switch len(recs) {
+	case 0:
+		return nil, nil
+	case 1:
+		recs[0].Retain()
+		return recs[0], nil
+	}
+	cols := make([]arrow.Array, recs[0].NumCols())
+	var n int64
+	for _, r := range recs {
+		n += r.NumRows()
+	}
+	for i := range cols {
+		parts := make([]arrow.Array, len(recs))
+		for j, r := range recs {
+			parts[j] = r.Column(i)
+		}
+		a, err := array.Concatenate(parts, memory.DefaultAllocator)
+		if err != nil {
+			for _, c := range cols[:i] {
+				c.Release()
+			}
+			return nil, err
+		}
+		cols[i] = a
+	}
+	out := array.NewRecordBatch(recs[0].Schema(), cols, n)
+	for _, c := range cols {
+		c.Release()
+	}
+	return out, nil
+}
+
+// readRange reads the rows of u (a whole row group or a row range) and
+// applies the filter.
+func (q *query) readRange(ctx context.Context, u unit) (arrow.RecordBatch, error) {
+	lo, hi := u.lo, u.hi
+	if hi < 0 {
+		lo = 0
 	}
 	if q.where == nil {
-		r, err := u.file.ReadRowGroupDict(ctx, u.rg, q.fileCols(u.file, allPos(len(q.readNames))), q.dict)
+		r, err := u.file.readRowGroup(ctx, u.rg, q.fileCols(u.file, allPos(len(q.readNames))), q.dict, lo, hi)
 		if err != nil {
 			return nil, err
 		}
-		return q.conform(slice(r)), nil
+		return q.conform(r), nil
 	}
-	fr, err := u.file.ReadRowGroupDict(ctx, u.rg, q.fileCols(u.file, q.filterPos), pick(q.dict, q.filterPos))
+	fr, err := u.file.readRowGroup(ctx, u.rg, q.fileCols(u.file, q.filterPos), pick(q.dict, q.filterPos), lo, hi)
 	if err != nil {
 		return nil, err
 	}
-	fr = slice(fr)
 	defer fr.Release()
 	mask, err := q.where.Eval(fr)
 	if err != nil {
@@ -283,11 +367,10 @@ func (q *query) read(ctx context.Context, u unit) (arrow.RecordBatch, error) {
 		cols[p] = fr.Column(i)
 	}
 	if len(q.otherPos) > 0 {
-		or, err := u.file.ReadRowGroupDict(ctx, u.rg, q.fileCols(u.file, q.otherPos), pick(q.dict, q.otherPos))
+		or, err := u.file.readRowGroup(ctx, u.rg, q.fileCols(u.file, q.otherPos), pick(q.dict, q.otherPos), lo, hi)
 		if err != nil {
 			return nil, err
 		}
-		or = slice(or)
 		defer or.Release()
 		for i, p := range q.otherPos {
 			cols[p] = or.Column(i)

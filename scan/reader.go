@@ -438,6 +438,12 @@ func (pf *File) ReadRowGroup(ctx context.Context, rg int, cols []int) (rec arrow
 // columns i with dict[i] set come back as Arrow dictionary arrays, decoded
 // no further than the file's dictionary pages.
 func (pf *File) ReadRowGroupDict(ctx context.Context, rg int, cols []int, dict []bool) (rec arrow.RecordBatch, err error) {
+	return pf.readRowGroup(ctx, rg, cols, dict, 0, -1)
+}
+
+// readRowGroup reads rows [lo, hi) (hi < 0: all) of row group rg. Columns
+// on the fast path decode only the pages holding those rows.
+func (pf *File) readRowGroup(ctx context.Context, rg int, cols []int, dict []bool, lo, hi int64) (rec arrow.RecordBatch, err error) {
 	if rg < 0 || rg >= pf.NumRowGroups() {
 		return nil, fmt.Errorf("%w: %s has no row group %d", ErrUsage, pf.Path, rg)
 	}
@@ -447,8 +453,14 @@ func (pf *File) ReadRowGroupDict(ctx context.Context, rg int, cols []int, dict [
 	}
 	sc := arrow.NewSchema(fields, nil)
 	nrows := pf.meta.RowGroup(rg).NumRows()
+	if hi < 0 {
+		lo, hi = 0, nrows
+	}
+	if lo < 0 || hi > nrows || lo > hi {
+		return nil, fmt.Errorf("%w: %s row group %d has no rows [%d, %d)", ErrUsage, pf.Path, rg, lo, hi)
+	}
 	if len(cols) == 0 {
-		return array.NewRecordBatch(sc, nil, nrows), nil
+		return array.NewRecordBatch(sc, nil, hi-lo), nil
 	}
 	var spans []span
 	if pf.coalesce {
@@ -477,7 +489,7 @@ func (pf *File) ReadRowGroupDict(ctx context.Context, rg int, cols []int, dict [
 	}
 	for i, c := range cols {
 		if FastPath && pf.fastOK(c) && !(i < len(dict) && dict[i]) {
-			a, err := pf.fastRead(rg, c, nrows)
+			a, err := pf.fastRead(rg, c, lo, hi)
 			if err == nil {
 				arrs[i] = a
 				continue
@@ -489,7 +501,7 @@ func (pf *File) ReadRowGroupDict(ctx context.Context, rg int, cols []int, dict [
 		slow = true
 	}
 	if !slow {
-		rec = array.NewRecordBatch(sc, arrs, nrows)
+		rec = array.NewRecordBatch(sc, arrs, hi-lo)
 		for _, a := range arrs {
 			a.Release()
 		}
@@ -519,6 +531,11 @@ func (pf *File) ReadRowGroupDict(ctx context.Context, rg int, cols []int, dict [
 			}
 			return nil, corruptf(pf.Path, fmt.Errorf("row group %d column %q: %w", rg, fields[i].Name, err))
 		}
+		if lo > 0 || hi < nrows {
+			sl := array.NewChunkedSlice(ch, lo, hi)
+			ch.Release()
+			ch = sl
+		}
 		if len(ch.Chunks()) == 1 {
 			arrs[i] = ch.Chunk(0)
 			arrs[i].Retain()
@@ -530,8 +547,8 @@ func (pf *File) ReadRowGroupDict(ctx context.Context, rg int, cols []int, dict [
 			}
 		}
 		ch.Release()
-		if int64(arrs[i].Len()) != nrows {
-			return nil, corruptf(pf.Path, fmt.Errorf("row group %d column %q: %d values for %d rows", rg, fields[i].Name, arrs[i].Len(), nrows))
+		if int64(arrs[i].Len()) != hi-lo {
+			return nil, corruptf(pf.Path, fmt.Errorf("row group %d column %q: %d values for %d rows", rg, fields[i].Name, arrs[i].Len(), hi-lo))
 		}
 		if !arrow.TypeEqual(arrs[i].DataType(), fields[i].Type) {
 			// pqarrow can return e.g. a dictionary for a string column; keep the file's type.
@@ -539,7 +556,7 @@ func (pf *File) ReadRowGroupDict(ctx context.Context, rg int, cols []int, dict [
 			sc = arrow.NewSchema(fields, nil)
 		}
 	}
-	rec = array.NewRecordBatch(sc, arrs, nrows)
+	rec = array.NewRecordBatch(sc, arrs, hi-lo)
 	for _, a := range arrs {
 		a.Release()
 	}
