@@ -38,7 +38,8 @@ func (s *Service) CollectGarbage(ctx context.Context, limit int) (GCStats, error
 	err := s.store.View(ctx, func(tx kv.ReadTxn) error {
 		expired = expired[:0]
 		p := []byte(prefixSession)
-		kvs, err := tx.Range(ctx, p, kv.PrefixEnd(p), limit)
+		kvs, err := tx.Range(ctx, s.cursor(prefixSession), kv.PrefixEnd(p), limit)
+		s.advance(prefixSession, kvs, limit)
 		if err != nil {
 			return err
 		}
@@ -89,7 +90,8 @@ func (s *Service) CollectGarbage(ctx context.Context, limit int) (GCStats, error
 	err = s.store.View(ctx, func(tx kv.ReadTxn) error {
 		recs = recs[:0]
 		p := []byte(prefixGC)
-		kvs, err := tx.Range(ctx, p, kv.PrefixEnd(p), limit)
+		kvs, err := tx.Range(ctx, s.cursor(prefixGC), kv.PrefixEnd(p), limit)
+		s.advance(prefixGC, kvs, limit)
 		if err != nil {
 			return err
 		}
@@ -132,7 +134,8 @@ func (s *Service) CollectGarbage(ctx context.Context, limit int) (GCStats, error
 	err = s.store.Update(ctx, func(tx kv.Txn) error {
 		st.Idem = 0
 		p := []byte(prefixIdem)
-		kvs, err := tx.SnapshotRange(ctx, p, kv.PrefixEnd(p), limit)
+		kvs, err := tx.SnapshotRange(ctx, s.cursor(prefixIdem), kv.PrefixEnd(p), limit)
+		s.advance(prefixIdem, kvs, limit)
 		if err != nil {
 			return err
 		}
@@ -213,4 +216,31 @@ func beUint64(b []byte) uint64 {
 		v = v<<8 | uint64(c)
 	}
 	return v
+}
+
+// cursor is where the collector's next scan of a key range starts: each
+// pass reads at most limit keys and the next pass goes on after them,
+// wrapping at the end, so a range larger than limit (many live sessions,
+// deferred files, young request results at its start) is still covered.
+func (s *Service) cursor(prefix string) []byte {
+	s.gcMu.Lock()
+	defer s.gcMu.Unlock()
+	if c, ok := s.gcCursor[prefix]; ok {
+		return c
+	}
+	return []byte(prefix)
+}
+
+// advance moves the cursor past a scan that returned kvs.
+func (s *Service) advance(prefix string, kvs []kv.KeyValue, limit int) {
+	s.gcMu.Lock()
+	defer s.gcMu.Unlock()
+	if s.gcCursor == nil {
+		s.gcCursor = map[string][]byte{}
+	}
+	if len(kvs) < limit {
+		delete(s.gcCursor, prefix) // reached the end: start over next time
+		return
+	}
+	s.gcCursor[prefix] = append(append([]byte(nil), kvs[len(kvs)-1].Key...), 0)
 }

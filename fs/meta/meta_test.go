@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/ffkit/ffkit/fs/kv"
 	"github.com/ffkit/ffkit/fs/kv/memkv"
@@ -431,3 +432,37 @@ func checkTree(t *testing.T, s *Service) {
 type staticReader struct{ v []byte }
 
 func (r staticReader) Get(context.Context, []byte) ([]byte, bool, error) { return r.v, true, nil }
+
+// Writers that died (sessions never renewed) leave unpublished files; the
+// collector ends their sessions and removes their chunks, a page per pass,
+// covering a queue longer than a page.
+func TestGCExpiredSessionsPaged(t *testing.T) {
+	ctx := context.Background()
+	ch := &recChunks{}
+	s, err := NewService(ctx, Options{Store: memkv.New(memkv.Options{}), Chunks: ch, SessionTTL: time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ids []uint64
+	for i := 0; i < 10; i++ {
+		n, _, err := s.BeginFile(ctx, fmt.Sprintf("/dead%d", i), "gone")
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, n.ID)
+	}
+	time.Sleep(5 * time.Millisecond)
+	for pass := 0; pass < 12; pass++ {
+		if _, err := s.CollectGarbage(ctx, 3); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, id := range ids {
+		if len(ch.removed[id]) == 0 {
+			t.Errorf("chunks of dead writer's inode %d not removed", id)
+		}
+		if _, err := s.StatInode(ctx, id); !errors.Is(err, iofs.ErrNotExist) {
+			t.Errorf("inode %d still there: %v", id, err)
+		}
+	}
+}

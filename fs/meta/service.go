@@ -44,6 +44,9 @@ type Service struct {
 	idMu   sync.Mutex
 	nextID uint64 // guarded by idMu: next id of the allocated block
 	endID  uint64 // guarded by idMu: end of the block (exclusive)
+
+	gcMu     sync.Mutex
+	gcCursor map[string][]byte // guarded by gcMu: where the collector's scans resume
 }
 
 // NewService returns a Service and makes sure the root directory exists.
