@@ -418,19 +418,23 @@ func (l *Loader) prepare(r *run, j *job) error {
 	if err != nil {
 		return err
 	}
+	take := size
+	if a, ok := l.arena.(allocSizer); ok {
+		take = a.AllocSize(size)
+	}
 	r.stage.Store(fmt.Sprintf("waiting for the memory budget: batch %d of epoch %d needs %d bytes; %d of %d bytes are held by %d batches not yet released",
-		j.b.Step, j.b.Epoch, size, l.budget.held.Load(), l.budget.limit, l.budget.count.Load()))
-	w, err := l.budget.acquire(r.ctx, size)
+		j.b.Step, j.b.Epoch, take, l.budget.held.Load(), l.budget.limit, l.budget.count.Load()))
+	w, err := l.budget.acquire(r.ctx, take)
 	if err != nil {
 		return err
 	}
 	r.stage.Store(fmt.Sprintf("waiting for a buffer from the arena (%d bytes)", size))
 	buf, slot, err := l.arena.Alloc(r.ctx, size)
 	if err != nil {
-		l.budget.release(size, w)
+		l.budget.release(take, w)
 		return err
 	}
-	j.b.Data, j.b.Slot, j.b.bytes, j.b.weight, j.b.l = buf, slot, size, w, l
+	j.b.Data, j.b.Slot, j.b.bytes, j.b.weight, j.b.l = buf[:size], slot, take, w, l
 	return nil
 }
 

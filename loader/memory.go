@@ -3,6 +3,7 @@ package loader
 import (
 	"context"
 	"fmt"
+	"math/bits"
 	"sync"
 	"sync/atomic"
 
@@ -24,6 +25,12 @@ type Arena interface {
 	Alloc(ctx context.Context, size int64) (buf []byte, slot int, err error)
 	// Free returns a slot's buffer for reuse.
 	Free(slot int)
+}
+
+// allocSizer is an optional Arena capability: the bytes Alloc really
+// takes for a request of size bytes, so the budget counts them.
+type allocSizer interface {
+	AllocSize(size int64) int64
 }
 
 // SlabArena divides caller-provided memory into equal slots, one per
@@ -86,7 +93,19 @@ func newHeapArena(b *budget) *heapArena {
 	return &heapArena{slots: map[int][]byte{}, budget: b}
 }
 
+// AllocSize rounds a request up to a size class (steps of 1/8 of the next
+// power of two, at least 64 bytes), so that batches of similar size reuse
+// each other's buffers instead of allocating (and zeroing) new ones.
+func (h *heapArena) AllocSize(size int64) int64 {
+	if size <= 64 {
+		return 64
+	}
+	step := max(int64(1)<<bits.Len64(uint64(size-1))/8, 64)
+	return (size + step - 1) / step * step
+}
+
 func (h *heapArena) Alloc(ctx context.Context, size int64) ([]byte, int, error) {
+	size = h.AllocSize(size)
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	var buf []byte
