@@ -563,6 +563,7 @@ type ScanStats struct {
 	BytesRead        int64 `json:"bytes_read"`
 	RowGroups        int   `json:"row_groups"`
 	RowGroupsSkipped int   `json:"row_groups_skipped"`
+	PagesSkipped     int64 `json:"pages_skipped"`
 }
 
 // Scan reads the Parquet inputs (files, globs, directories), filters and
@@ -615,5 +616,6 @@ func Scan(ctx context.Context, inputs []string, opts ScanOptions, fn func(arrow.
 		}, releaseBatch)
 	st.RowsOut = rowsOut.Load()
 	st.BytesRead = src.BytesRead.Load()
+	st.PagesSkipped = q.pagesSkipped.Load()
 	return st, err
 }

@@ -93,9 +93,9 @@ Examples:
 			if sum.UpToDate {
 				state = " (already up to date)"
 			}
-			fmt.Fprintf(w, "scan: %d files, %s rows in, %s rows out, %s read, %d row groups (%d skipped by statistics), %d partitions, %d tasks (%d already done, %d retries), %.2fs%s\n",
+			fmt.Fprintf(w, "scan: %d files, %s rows in, %s rows out, %s read, %d row groups (%d skipped by statistics, %d pages by page index), %d partitions, %d tasks (%d already done, %d retries), %.2fs%s\n",
 				sum.InputFiles, humanize.Comma(sum.RowsIn), humanize.Comma(sum.RowsOut), humanize.IBytes(uint64(sum.BytesRead)),
-				sum.RowGroups, sum.RowGroupsSkipped, sum.Partitions, sum.Tasks, sum.TasksSkipped, sum.Retries, sum.Seconds, state)
+				sum.RowGroups, sum.RowGroupsSkipped, sum.PagesSkipped, sum.Partitions, sum.Tasks, sum.TasksSkipped, sum.Retries, sum.Seconds, state)
 			if len(sum.OutputFiles) == 1 {
 				fmt.Fprintf(w, "output: %s\n", sum.OutputFiles[0])
 			} else {
