@@ -49,7 +49,8 @@ func startUpMeta(ctx context.Context, c *FSUpCluster) (func() error, error) {
 			stop()
 			return nil, err
 		}
-		cmd := exec.Command(c.Exe, "fs", "meta", "--mgmtd", "ffkit://"+c.MgmtdAddr, "--kv", c.KVSpec, "--token-file", c.TokenFile)
+		cmd := exec.Command(c.Exe, "fs", "meta", "--mgmtd", "ffkit://"+c.MgmtdAddr, "--kv", c.KVSpec, "--token-file", c.TokenFile,
+			"--metrics", "127.0.0.1:0")
 		cmd.Stderr = logf
 		out, err := cmd.StdoutPipe()
 		if err != nil {
