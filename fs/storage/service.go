@@ -698,16 +698,16 @@ func (s *Service) handleRead(req *transport.Request, b *proto.BatchReadReq) (any
 	resp := proto.BatchReadResp{Results: make([]proto.ReadResult, len(b.IOs))}
 	data := make([][]byte, 0, len(b.IOs))
 	for i, io := range b.IOs {
-		buf, err := s.readOne(&io)
+		buf, release, err := s.readOne(&io)
+		if release != nil {
+			req.AfterReply(release)
+		}
 		if err != nil {
 			resp.Results[i].Code, resp.Results[i].Msg = wireCode(err), err.Error()
 			continue
 		}
 		resp.Results[i].N = int64(len(buf))
 		data = append(data, buf)
-		if cap(buf) > 0 {
-			req.AfterReply(func() { transport.PutBuffer(buf[:cap(buf)]) })
-		}
 	}
 	return resp, data, nil
 }
@@ -720,26 +720,28 @@ func wireCode(err error) string {
 	return proto.ErrIO.WireCode()
 }
 
-func (s *Service) readOne(io *proto.ReadIO) ([]byte, error) {
+// readOne serves one read; release (if non-nil) frees the data once the
+// reply is written.
+func (s *Service) readOne(io *proto.ReadIO) ([]byte, func(), error) {
 	if io.Off < 0 || io.Len < 0 || io.Off > proto.MaxChunkSize || io.Len > proto.MaxChunkSize {
-		return nil, fmt.Errorf("%w: read [%d, +%d)", proto.ErrBadRequest, io.Off, io.Len)
+		return nil, nil, fmt.Errorf("%w: read [%d, +%d)", proto.ErrBadRequest, io.Off, io.Len)
 	}
 	ts := s.targets[io.Target]
 	if ts == nil {
-		return nil, fmt.Errorf("%w: %s has no target %d", proto.ErrBadRequest, s.cfg.Name, io.Target)
+		return nil, nil, fmt.Errorf("%w: %s has no target %d", proto.ErrBadRequest, s.cfg.Name, io.Target)
 	}
 	ch, err := s.route(io.Chain, io.ChainVer)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if me, _ := ch.Target(ts.ID); me.State != proto.Serving || ts.ph() != phaseUpToDate {
-		return nil, fmt.Errorf("%w: target %d is %s", proto.ErrTargetOffline, ts.ID, me.State)
+		return nil, nil, fmt.Errorf("%w: target %d is %s", proto.ErrTargetOffline, ts.ID, me.State)
 	}
-	buf, _, err := ts.readCommitted(io.Chunk, io.Off, io.Len, false)
+	buf, release, _, err := ts.readRef(io.Chunk, io.Off, io.Len, false)
 	if errors.Is(err, proto.ErrChecksum) {
 		s.repair(ts, ch, err)
 	}
-	return buf, err
+	return buf, release, err
 }
 
 // diskError takes a target whose disk failed an fsync out of service (it

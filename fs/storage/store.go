@@ -6,7 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"hash/crc32"
+	"os"
 	"path/filepath"
+	"runtime/debug"
 	"slices"
 	"strconv"
 	"strings"
@@ -17,6 +19,7 @@ import (
 
 	"github.com/ffkit/ffkit/fs/proto"
 	"github.com/ffkit/ffkit/fs/transport"
+	"golang.org/x/sys/unix"
 )
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
@@ -154,13 +157,34 @@ type fileRef struct {
 	f    File
 	ver  uint64
 	refs atomic.Int32
+
+	mapOnce sync.Once
+	mapped  []byte // read-only shared mapping of the whole file, or nil
 }
 
 func (r *fileRef) release(t *Target) {
 	if r.refs.Add(-1) == 0 {
+		if r.mapped != nil {
+			unix.Munmap(r.mapped)
+		}
 		r.f.Close()
 		t.openFiles.Add(-1)
 	}
+}
+
+// mapping maps the file (size bytes) once, for OS files; nil if it cannot.
+// Committed chunk files are never written or truncated again (a new
+// version is a new file), so the mapping stays valid until the last
+// reference goes.
+func (r *fileRef) mapping(size int64) []byte {
+	r.mapOnce.Do(func() {
+		if of, ok := r.f.(*os.File); ok && size > 0 {
+			if m, err := unix.Mmap(int(of.Fd()), 0, int(size), unix.PROT_READ, unix.MAP_SHARED); err == nil {
+				r.mapped = m
+			}
+		}
+	})
+	return r.mapped
 }
 
 func (c *chunk) commitVer() uint64 {
@@ -608,10 +632,30 @@ func (t *Target) dropPending(id proto.ChunkID, c *chunk) {
 }
 
 // readCommitted reads [off, off+n) of the committed version into a new
-// buffer, verifying the CRC of every block it touches. It returns fewer
-// bytes when the chunk is shorter, none for a missing chunk.
-// ErrNotCommitted if a version is pending.
+// buffer (see readRef).
 func (t *Target) readCommitted(id proto.ChunkID, off, n int64, allowPending bool) ([]byte, *version, error) {
+	data, release, v, err := t.readRef(id, off, n, allowPending)
+	if err != nil {
+		return nil, v, err
+	}
+	out := append([]byte(nil), data...)
+	release()
+	return out, v, nil
+}
+
+// mmapMin: reads at least this large are served from a shared read-only
+// mapping of the chunk file (checksummed in place and written to the
+// socket from there: one copy fewer than pread); smaller ones use pread.
+const mmapMin = 64 << 10
+
+// readRef reads [off, off+n) of the committed version, verifying the CRC
+// of every block it touches. It returns fewer bytes when the chunk is
+// shorter, none for a missing chunk; ErrNotCommitted if a version is
+// pending (unless allowPending). The data may point into a mapping of the
+// file or a pooled buffer: the caller must call release once done with it
+// (after the reply is written).
+func (t *Target) readRef(id proto.ChunkID, off, n int64, allowPending bool) ([]byte, func(), *version, error) {
+	noop := func() {}
 	t.mu.Lock()
 	c := t.chunks[id]
 	var v *version
@@ -619,16 +663,16 @@ func (t *Target) readCommitted(id proto.ChunkID, off, n int64, allowPending bool
 	if c != nil {
 		if c.pending != nil && !allowPending {
 			t.mu.Unlock()
-			return nil, nil, fmt.Errorf("%w: chunk %v v%d pending on target %d", proto.ErrNotCommitted, id, c.pending.ver, t.ID)
+			return nil, nil, nil, fmt.Errorf("%w: chunk %v v%d pending on target %d", proto.ErrNotCommitted, id, c.pending.ver, t.ID)
 		}
 		v, corrupt = c.committed, c.corrupt
 	}
 	t.mu.Unlock()
 	if corrupt {
-		return nil, v, fmt.Errorf("%w: chunk %v on target %d", proto.ErrChecksum, id, t.ID)
+		return nil, nil, v, fmt.Errorf("%w: chunk %v on target %d", proto.ErrChecksum, id, t.ID)
 	}
 	if v == nil || v.removed || off >= v.length {
-		return nil, v, nil
+		return nil, noop, v, nil
 	}
 	end := min(off+n, v.length)
 	lo := off / proto.BlockSize * proto.BlockSize
@@ -640,30 +684,61 @@ func (t *Target) readCommitted(id proto.ChunkID, off, n int64, allowPending bool
 		moved := c.committed != v
 		t.mu.Unlock()
 		if moved {
-			return t.readCommitted(id, off, n, allowPending)
+			return t.readRef(id, off, n, allowPending)
 		}
-		return nil, v, t.ioErr("open", t.path(id, v.ver, false), err)
+		return nil, nil, v, t.ioErr("open", t.path(id, v.ver, false), err)
 	}
-	defer ref.release(t)
-	buf := transport.GetBuffer(int(hi - lo))
-	if k, err := ref.f.ReadAt(buf, HeaderSize+lo); int64(k) < hi-lo {
-		transport.PutBuffer(buf)
-		return nil, v, t.ioErr("read", t.path(id, v.ver, false), fmt.Errorf("short read %d of %d: %v", k, hi-lo, err))
+	var buf []byte
+	var release func()
+	if m := ref.mapping(HeaderSize + v.length); m != nil && hi-lo >= mmapMin {
+		buf = m[HeaderSize+lo : HeaderSize+hi]
+		release = func() { ref.release(t) }
+	} else {
+		defer ref.release(t)
+		buf = transport.GetBuffer(int(hi - lo))
+		if k, err := ref.f.ReadAt(buf, HeaderSize+lo); int64(k) < hi-lo {
+			transport.PutBuffer(buf)
+			return nil, nil, v, t.ioErr("read", t.path(id, v.ver, false), fmt.Errorf("short read %d of %d: %v", k, hi-lo, err))
+		}
+		pooled := buf
+		release = func() { transport.PutBuffer(pooled) }
 	}
+	bad, err := verifyBlocks(buf, lo, hi, v.crcs)
+	if err != nil {
+		release()
+		return nil, nil, v, t.ioErr("read", t.path(id, v.ver, false), err)
+	}
+	if bad >= 0 {
+		release()
+		t.mu.Lock()
+		if c.committed == v {
+			c.corrupt = true
+		}
+		t.mu.Unlock()
+		return nil, nil, v, fmt.Errorf("%w: chunk %v v%d block %d on target %d", proto.ErrChecksum, id, v.ver, bad, t.ID)
+	}
+	return buf[off-lo : end-lo], release, v, nil
+}
+
+// verifyBlocks checks the CRC of every block of buf (chunk bytes [lo, hi))
+// and returns the first bad block, or -1. Reading a mapping of a file that
+// someone truncated behind our back faults: that becomes an error, not a
+// crash.
+func verifyBlocks(buf []byte, lo, hi int64, crcs []uint32) (bad int64, err error) {
+	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("chunk file changed under a read: %v", r)
+		}
+	}()
 	for b := lo / proto.BlockSize; b*proto.BlockSize < hi; b++ {
 		s := b*proto.BlockSize - lo
 		e := min(s+proto.BlockSize, hi-lo)
-		if crc32c(buf[s:e]) != v.crcs[b] {
-			transport.PutBuffer(buf)
-			t.mu.Lock()
-			if c.committed == v {
-				c.corrupt = true
-			}
-			t.mu.Unlock()
-			return nil, v, fmt.Errorf("%w: chunk %v v%d block %d on target %d", proto.ErrChecksum, id, v.ver, b, t.ID)
+		if crc32c(buf[s:e]) != crcs[b] {
+			return b, nil
 		}
 	}
-	return buf[off-lo : end-lo], v, nil
+	return -1, nil
 }
 
 // openCommitted returns a referenced handle of version v's file, cached

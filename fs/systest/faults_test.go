@@ -175,16 +175,9 @@ func TestBitFlipCaughtAndRepaired(t *testing.T) {
 	ch := c.routing().Chain(1)
 	bad := ch.Targets[1]
 	path := filepath.Join(c.targetDir(int(bad.Node), int(bad.ID)%100), "chunks", id.String()+".1")
-	b, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	b[storage.HeaderSize+70000] ^= 0x10
-	if err := os.WriteFile(path, b, 0o644); err != nil {
-		t.Fatal(err)
-	}
+	flipBit(t, path, storage.HeaderSize+70000)
 	// Reading that replica fails its block checksum.
-	_, err = c.cl.ReadReplica(ctx, 1, bad.ID, id, 65536, 10000)
+	_, err := c.cl.ReadReplica(ctx, 1, bad.ID, id, 65536, 10000)
 	if !errors.Is(err, proto.ErrChecksum) {
 		t.Fatalf("bad replica read: want checksum error, got %v", err)
 	}
@@ -384,4 +377,22 @@ func TestPartitionFromMgmtdStopsServing(t *testing.T) {
 	os.Remove(c.faults)
 	c.waitServing(20 * time.Second)
 	c.check(m, false)
+}
+
+// flipBit flips one bit of a file in place, as a failing disk would.
+func flipBit(t *testing.T, path string, off int64) {
+	t.Helper()
+	f, err := os.OpenFile(path, os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	b := make([]byte, 1)
+	if _, err := f.ReadAt(b, off); err != nil {
+		t.Fatal(err)
+	}
+	b[0] ^= 0x10
+	if _, err := f.WriteAt(b, off); err != nil {
+		t.Fatal(err)
+	}
 }
