@@ -84,7 +84,7 @@ func newBenchFSCmd() *cobra.Command {
 	var (
 		localDir, cluster, mount, sizeStr, threadsStr, rowsStr string
 		duration                                               time.Duration
-		keep                                                   bool
+		keep, buffered                                         bool
 	)
 	c := &cobra.Command{
 		Use:   "fs",
@@ -130,7 +130,7 @@ per write row; its files are removed at the end unless --keep.`,
 			if !bench.FioAvailable() {
 				return fmt.Errorf("%w: the device and FUSE columns run fio (scripts/setup.sh installs it)", bench.ErrNoFio)
 			}
-			b := &fsBench{size: size, duration: duration, keep: keep, rows: map[string]bool{}}
+			b := &fsBench{size: size, duration: duration, keep: keep, direct: !buffered, rows: map[string]bool{}}
 			for _, r := range strings.Split(rowsStr, ",") {
 				switch r = strings.TrimSpace(r); r {
 				case "read", "write", "randread", "randwrite":
@@ -193,6 +193,7 @@ per write row; its files are removed at the end unless --keep.`,
 	f.DurationVar(&duration, "duration", 10*time.Second, "longest time of one measurement")
 	f.StringVar(&threadsStr, "threads", "1,16", "thread counts of the sequential rows")
 	f.BoolVar(&keep, "keep", false, "keep the benchmark's files")
+	f.BoolVar(&buffered, "buffered", false, "run fio without O_DIRECT on the device and the mount (the page cache is dropped before every read row), as ordinary programs read")
 	f.StringVar(&rowsStr, "rows", "read,write,randread,randwrite", "which kinds of rows to run")
 	return c
 }
@@ -201,6 +202,7 @@ type fsBench struct {
 	size     int64
 	duration time.Duration
 	keep     bool
+	direct   bool            // fio with O_DIRECT (else buffered, caches dropped before reads)
 	rows     map[string]bool // kinds of rows to run (fio rw names)
 
 	devDir  string
@@ -289,8 +291,12 @@ func (b *fsBench) run(ctx context.Context, threads []int, rep *fsBenchReport) er
 		row.ThreeFSRatio = threeFSFUSERatio[key]
 		rep.Rows = append(rep.Rows, row)
 	}
+	mode := "O_DIRECT"
+	if !b.direct {
+		mode = "buffered I/O (page cache dropped before every read row of every column)"
+	}
 	rep.Notes = append(rep.Notes,
-		"device: fio with O_DIRECT on --local-dir, measured before and after the other columns, the better figure kept; FUSE: fio with O_DIRECT on the mount, page cache dropped before each read row; native: the fs client (reads: ReadBatch; 4 KiB random: 4 batches of 32 outstanding = depth 128), page cache dropped before each read row",
+		"device: fio with "+mode+" on --local-dir, measured before and after the other columns, the better figure kept; FUSE: fio with "+mode+" on the mount, page cache dropped before each read row; native: the fs client (reads: ReadBatch; 4 KiB random: 4 batches of 32 outstanding = depth 128), page cache dropped before each read row",
 		"sequential rows with N threads: each thread reads or writes its own 1/N of --size; aggregate = total bytes / (last end - first start)",
 		"ratio = ours / device (IOPS for the 4 KiB rows, MiB/s otherwise); 3FS = 3FS's published FUSE/device ratio where it is below 1")
 	return nil
@@ -313,7 +319,10 @@ func coldRead(direct bool) string {
 
 func (b *fsBench) fioSide(ctx context.Context, dir, rw string, bs int64, threads, depth int, viaFUSE bool) *fsSide {
 	side := &fsSide{Cache: string(bench.CacheDirect)}
-	job := bench.FioJob{Name: "ffkit", RW: rw, BlockSize: bs, NumJobs: threads, IODepth: depth, Direct: true,
+	if !b.direct {
+		side.Cache = string(bench.CacheWarm)
+	}
+	job := bench.FioJob{Name: "ffkit", RW: rw, BlockSize: bs, NumJobs: threads, IODepth: depth, Direct: b.direct,
 		IOEngine: "psync", Extra: []string{"--runtime=" + strconv.FormatInt(b.duration.Milliseconds(), 10) + "ms"}}
 	if depth > 1 {
 		job.IOEngine = "libaio"
@@ -329,8 +338,8 @@ func (b *fsBench) fioSide(ctx context.Context, dir, rw string, bs int64, threads
 		if threads > 1 {
 			job.Extra = append(job.Extra, "--offset_increment="+strconv.FormatInt(slice, 10))
 		}
-		if viaFUSE {
-			side.Cache = coldRead(true)
+		if viaFUSE || !b.direct {
+			side.Cache = coldRead(b.direct)
 		}
 	case "write":
 		job.Directory = dir
