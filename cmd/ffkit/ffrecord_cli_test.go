@@ -140,6 +140,17 @@ func TestCLIPackDirMatchesReference(t *testing.T) {
 	if sha(t, filepath.Join(ds, "PART_00001.ffr")) != first {
 		t.Fatal("same input, different bytes")
 	}
+	// shards start their data on a page boundary; --align 0 gives the reference layout
+	part, _ := os.ReadFile(filepath.Join(ds, "PART_00000.ffr"))
+	n := binary.LittleEndian.Uint64(part[4:])
+	if off0 := binary.LittleEndian.Uint64(part[12+4*n:]); off0%4096 != 0 {
+		t.Fatalf("shard data starts at %d", off0)
+	}
+	ds0 := filepath.Join(dir, "ds0")
+	ffrMust(t, 0, "pack", src, "-o", ds0, "--align", "0")
+	if sha(t, filepath.Join(ds0, "PART_00000.ffr")) != "b4aea7cbe0c9a1b4358360e0f4b4f881ea35d430fcca2cae33c81ee85f47374b" {
+		t.Fatal("--align 0 shard of the same samples is not the reference's bytes")
+	}
 	csv, _ := os.ReadFile(filepath.Join(ds, "index.csv"))
 	if !strings.HasPrefix(string(csv), "index,file,local,source,size\n0,PART_00000.ffr,0,a0,8\n") {
 		t.Fatalf("csv index:\n%s", csv)

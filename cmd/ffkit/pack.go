@@ -57,7 +57,10 @@ SRC is one of:
 
 OUT ending in .ffr is one file, byte-identical to what the reference FFRecord
 writer produces for the same samples in the same order. Any other OUT is a
-directory of shards PART_00000.ffr, PART_00001.ffr, ... rolled at --shard-size.
+directory of shards PART_00000.ffr, PART_00001.ffr, ... rolled at --shard-size,
+whose data starts on a 4 KiB boundary (--align 0 for the reference's layout):
+every FFRecord reader reads them, and page-sized samples are then each one
+O_DIRECT page read instead of two.
 
 A sidecar index maps each sample to its source name: OUT.index.jsonl next to a
 .ffr file, or OUT/index.jsonl in a directory (--index-format csv for CSV).
@@ -76,7 +79,7 @@ stderr is a terminal.`,
 	c.Flags().StringVar(&f.format, "format", "auto", "source format: auto, files, jsonl or tar")
 	c.Flags().IntVar(&f.workers, "workers", 8, "source read-ahead requests in flight (the writer reads each sample once, straight into the output)")
 	c.Flags().StringVar(&f.indexFormat, "index-format", "jsonl", "sidecar index format: jsonl or csv")
-	c.Flags().Int64Var(&f.align, "align", 0, "start the data at a multiple of this many bytes (e.g. 4096, for O_DIRECT reads of page-sized samples); 0 = the reference's layout")
+	c.Flags().Int64Var(&f.align, "align", -1, "start each file's data at a multiple of this many bytes, so page-sized samples are each one O_DIRECT page read; 0 = the reference's layout (default: 0 for a .ffr file, 4096 for shards)")
 	c.Flags().BoolVar(&f.force, "force", false, "replace an existing output")
 	c.Flags().StringVar(&f.cpuProfile, "cpuprofile", "", "write a CPU profile here")
 	c.Flags().MarkHidden("cpuprofile")
@@ -111,6 +114,12 @@ func runPack(ctx context.Context, src string, f packFlags, shardSizeSet bool) er
 	}
 	if f.indexFormat != "jsonl" && f.indexFormat != "csv" {
 		return usagef("--index-format must be jsonl or csv, got %q", f.indexFormat)
+	}
+	if f.align < 0 {
+		f.align = 0
+		if !strings.HasSuffix(f.out, ".ffr") {
+			f.align = 4096
+		}
 	}
 	if err := (ffrecord.WriterOptions{Align: f.align}).Validate(); err != nil {
 		return usageError{err}
