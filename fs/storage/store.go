@@ -693,6 +693,11 @@ func (t *Target) readRef(id proto.ChunkID, off, n int64, allowPending bool) ([]b
 	if m := ref.mapping(HeaderSize + v.length); m != nil && hi-lo >= mmapMin {
 		buf = m[HeaderSize+lo : HeaderSize+hi]
 		release = func() { ref.release(t) }
+		if hi-lo >= 256<<10 {
+			// Start reading the whole range from disk at once if it is not
+			// cached, instead of faulting it in 128 KiB at a time.
+			unix.Madvise(buf, unix.MADV_WILLNEED)
+		}
 	} else {
 		defer ref.release(t)
 		buf = transport.GetBuffer(int(hi - lo))

@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -30,9 +31,11 @@ import (
 //   - batched 4 KiB random reads: IOPS and CPU time per IO (all processes).
 //
 // Run: go test -run XXX -bench DataPlane -benchtime 1x ./fs/systest
-// FFKIT_BENCH_MB sets the data size (default 256).
+// FFKIT_BENCH_MB sets the data size per measurement (default 128),
+// FFKIT_BENCH_ROUNDS the interleaved rounds (default 3, medians reported),
+// FFKIT_BENCH_WRITERS the writes in flight (default 16).
 func BenchmarkDataPlane(b *testing.B) {
-	mb := 256
+	mb := 128
 	if v, err := strconv.Atoi(os.Getenv("FFKIT_BENCH_MB")); err == nil && v > 0 {
 		mb = v
 	}
@@ -48,31 +51,39 @@ func runDataPlaneBench(b *testing.B, size int64) {
 	const chunk = 4 << 20
 	nChunks := int(size / chunk)
 	chains := c.cl.Chains()
-	report := func(name string, ours, base float64, unit, baseName, _ string) {
-		fmt.Printf("%-34s %10.1f %-6s  baseline %-28s %10.1f %-6s  ratio %.2fx\n", name, ours, unit, baseName, base, unit, ours/base)
+	writers := 16
+	if v, err := strconv.Atoi(os.Getenv("FFKIT_BENCH_WRITERS")); err == nil && v > 0 {
+		writers = v
 	}
+	rounds := 3
+	if v, err := strconv.Atoi(os.Getenv("FFKIT_BENCH_ROUNDS")); err == nil && v > 0 {
+		rounds = v
+	}
+	mibs := func(start time.Time) float64 { return float64(size) / time.Since(start).Seconds() / (1 << 20) }
 
-	// Baselines: disk sequential write and read, TCP loopback copy.
 	diskFile := filepath.Join(c.dir, "baseline.dat")
 	buf := make([]byte, 1<<20)
 	for i := range buf {
 		buf[i] = byte(rand.Uint32())
 	}
-	start := time.Now()
-	f, err := os.Create(diskFile)
-	if err != nil {
-		b.Fatal(err)
-	}
-	for w := int64(0); w < size; w += int64(len(buf)) {
-		if _, err := f.Write(buf); err != nil {
+	diskWriteOnce := func() float64 {
+		start := time.Now()
+		f, err := os.Create(diskFile)
+		if err != nil {
 			b.Fatal(err)
 		}
+		for w := int64(0); w < size; w += int64(len(buf)) {
+			if _, err := f.Write(buf); err != nil {
+				b.Fatal(err)
+			}
+		}
+		f.Sync()
+		r := mibs(start)
+		unix.Fadvise(int(f.Fd()), 0, 0, unix.FADV_DONTNEED)
+		f.Close()
+		return r
 	}
-	f.Sync()
-	diskWrite := float64(size) / time.Since(start).Seconds() / (1 << 20)
-	unix.Fadvise(int(f.Fd()), 0, 0, unix.FADV_DONTNEED)
-	f.Close()
-	readFile := func() float64 {
+	diskRead := func() float64 {
 		f, _ := os.Open(diskFile)
 		defer f.Close()
 		start := time.Now()
@@ -81,61 +92,88 @@ func runDataPlaneBench(b *testing.B, size int64) {
 				break
 			}
 		}
-		return float64(size) / time.Since(start).Seconds() / (1 << 20)
-	}
-	diskReadCold := readFile()
-	diskReadWarm := max(readFile(), readFile())
-	tcp := max(tcpLoopback(b, size), tcpLoopback(b, size)) // best of two: the machine is shared
-
-	// Cluster writes: whole 4 MiB chunks, FFKIT_BENCH_WRITERS in flight
-	// (default 16: a writer of a large file keeps many chunks going).
-	writers := 16
-	if v, err := strconv.Atoi(os.Getenv("FFKIT_BENCH_WRITERS")); err == nil && v > 0 {
-		writers = v
+		return mibs(start)
 	}
 	payload := make([]byte, chunk)
 	for i := range payload {
 		payload[i] = byte(rand.Uint32())
 	}
-	start = time.Now()
-	g, gctx := errgroup.WithContext(ctx)
-	g.SetLimit(writers)
-	for i := 0; i < nChunks; i++ {
-		g.Go(func() error {
-			return c.cl.WriteChunk(gctx, chains[i%len(chains)], client.ChunkID{Inode: 1, Index: uint64(i)}, 0, payload)
-		})
+	clusterWrite := func(inode uint64) float64 {
+		start := time.Now()
+		g, gctx := errgroup.WithContext(ctx)
+		g.SetLimit(writers)
+		for i := 0; i < nChunks; i++ {
+			g.Go(func() error {
+				return c.cl.WriteChunk(gctx, chains[i%len(chains)], client.ChunkID{Inode: inode, Index: uint64(i)}, 0, payload)
+			})
+		}
+		if err := g.Wait(); err != nil {
+			b.Fatal(err)
+		}
+		return mibs(start)
 	}
-	if err := g.Wait(); err != nil {
-		b.Fatal(err)
+	readBufs := make(chan []byte, 8) // reused, as a reader with 8 buffers would
+	for i := 0; i < 8; i++ {
+		readBufs <- make([]byte, chunk)
 	}
-	clusterWrite := float64(size) / time.Since(start).Seconds() / (1 << 20)
-
-	seqRead := func() float64 {
+	clusterRead := func(inode uint64) float64 {
 		start := time.Now()
 		g, gctx := errgroup.WithContext(ctx)
 		g.SetLimit(8)
 		for i := 0; i < nChunks; i++ {
 			g.Go(func() error {
-				rd := []client.ChunkRead{{Chain: chains[i%len(chains)], Chunk: client.ChunkID{Inode: 1, Index: uint64(i)}, Buf: make([]byte, chunk)}}
+				buf := <-readBufs
+				defer func() { readBufs <- buf }()
+				rd := []client.ChunkRead{{Chain: chains[i%len(chains)], Chunk: client.ChunkID{Inode: inode, Index: uint64(i)}, Buf: buf}}
 				return c.cl.ReadChunks(gctx, rd)
 			})
 		}
 		if err := g.Wait(); err != nil {
 			b.Fatal(err)
 		}
-		return float64(size) / time.Since(start).Seconds() / (1 << 20)
+		return mibs(start)
 	}
-	dropCache(c.dir)
-	readCold := seqRead()
-	readWarm := max(seqRead(), seqRead())
+
+	// Interleaved rounds: the machine is shared, so each of our figures is
+	// measured right next to its baseline and the median ratio reported.
+	type row struct{ ours, base []float64 }
+	var write, cold, warm row
+	var tcps, diskColds, diskWarms []float64
+	for r := 0; r < rounds; r++ {
+		inode := uint64(10 + r)
+		dw := diskWriteOnce()
+		cw := clusterWrite(inode)
+		write.ours, write.base = append(write.ours, cw), append(write.base, dw)
+		dc := diskRead()
+		dropCache(filepath.Join(c.dir, "storage-1"))
+		dropCache(filepath.Join(c.dir, "storage-2"))
+		dropCache(filepath.Join(c.dir, "storage-3"))
+		cc := clusterRead(inode)
+		tcp := tcpLoopback(b, size)
+		dwarm := diskRead()
+		cwarm := clusterRead(inode)
+		tcps, diskColds, diskWarms = append(tcps, tcp), append(diskColds, dc), append(diskWarms, dwarm)
+		cold.ours, cold.base = append(cold.ours, cc), append(cold.base, min(tcp, dc))
+		warm.ours, warm.base = append(warm.ours, cwarm), append(warm.base, min(tcp, dwarm))
+		fmt.Printf("round %d: write %.0f vs disk %.0f | cold read %.0f vs min(tcp %.0f, disk %.0f) | warm read %.0f vs min(tcp %.0f, disk %.0f) MiB/s\n",
+			r+1, cw, dw, cc, tcp, dc, cwarm, tcp, dwarm)
+	}
+	ratio := func(x row) (float64, float64, float64) {
+		var rs []float64
+		for i := range x.ours {
+			rs = append(rs, x.ours[i]/x.base[i])
+		}
+		return median(x.ours), median(x.base), median(rs)
+	}
 
 	// Batched 4 KiB random reads: batches of 256, 4 batches in flight.
+	nData := nChunks
 	cpu0 := c.cpuTime()
 	var ios int64
 	var mu sync.Mutex
 	deadline := time.Now().Add(5 * time.Second)
-	start = time.Now()
-	g, gctx = errgroup.WithContext(ctx)
+	start := time.Now()
+	g, gctx := errgroup.WithContext(ctx)
 	for w := 0; w < 4; w++ {
 		g.Go(func() error {
 			rng := rand.New(rand.NewPCG(uint64(w), 9))
@@ -143,8 +181,8 @@ func runDataPlaneBench(b *testing.B, size int64) {
 			for time.Now().Before(deadline) {
 				reads := make([]client.ChunkRead, 256)
 				for k := range reads {
-					i := rng.IntN(nChunks)
-					reads[k] = client.ChunkRead{Chain: chains[i%len(chains)], Chunk: client.ChunkID{Inode: 1, Index: uint64(i)},
+					i := rng.IntN(nData)
+					reads[k] = client.ChunkRead{Chain: chains[i%len(chains)], Chunk: client.ChunkID{Inode: 10, Index: uint64(i)},
 						Off: int64(rng.IntN(chunk/4096)) * 4096, Buf: bufs[k*4096 : (k+1)*4096]}
 				}
 				if err := c.cl.ReadChunks(gctx, reads); err != nil {
@@ -164,15 +202,29 @@ func runDataPlaneBench(b *testing.B, size int64) {
 	cpu := c.cpuTime() - cpu0
 	iops := float64(ios) / el
 
-	fmt.Printf("\nffkit data plane, 3 storage processes x 2 targets, 3 replicas, one machine; data %d MiB in 4 MiB chunks\n", size>>20)
-	report(fmt.Sprintf("write, 4 MiB chunks, %d in flight", writers), clusterWrite, diskWrite, "MiB/s", "disk seq write (fsync)", "")
-	report("sequential read, cold", readCold, min(tcp, diskReadCold), "MiB/s", fmt.Sprintf("min(tcp %.0f, disk cold %.0f)", tcp, diskReadCold), "")
-	report("sequential read, warm", readWarm, min(tcp, diskReadWarm), "MiB/s", fmt.Sprintf("min(tcp %.0f, disk warm %.0f)", tcp, diskReadWarm), "")
-	fmt.Printf("%-34s %10.0f IOPS   CPU %.1f us per IO (client + 3 storage processes), warm page cache\n", "4 KiB random reads, batches of 256", iops, cpu.Seconds()/float64(ios)*1e6)
-	b.ReportMetric(clusterWrite/diskWrite, "write-ratio")
-	b.ReportMetric(readCold/min(tcp, diskReadCold), "read-cold-ratio")
-	b.ReportMetric(readWarm/min(tcp, diskReadWarm), "read-warm-ratio")
+	fmt.Printf("\nffkit data plane: 3 storage processes x 2 targets, 3 replicas, one machine; %d MiB per measurement in 4 MiB chunks; median of %d interleaved rounds\n", size>>20, rounds)
+	o, bs, r := ratio(write)
+	fmt.Printf("%-40s %8.0f MiB/s   baseline %-34s %8.0f MiB/s   ratio %.2fx\n", fmt.Sprintf("write, 4 MiB chunks, %d in flight", writers), o, "disk sequential write + fsync", bs, r)
+	wr := r
+	o, bs, r = ratio(cold)
+	fmt.Printf("%-40s %8.0f MiB/s   baseline %-34s %8.0f MiB/s   ratio %.2fx\n", "sequential read, cold (8 in flight)", o, fmt.Sprintf("min(tcp %.0f, disk cold %.0f)", median(tcps), median(diskColds)), bs, r)
+	cr := r
+	o, bs, r = ratio(warm)
+	fmt.Printf("%-40s %8.0f MiB/s   baseline %-34s %8.0f MiB/s   ratio %.2fx\n", "sequential read, warm (8 in flight)", o, fmt.Sprintf("min(tcp %.0f, disk warm %.0f)", median(tcps), median(diskWarms)), bs, r)
+	fmt.Printf("%-40s %8.0f IOPS    CPU %.1f us per read (client + 3 storage processes), warm page cache\n", "4 KiB random reads, batches of 256", iops, cpu.Seconds()/float64(ios)*1e6)
+	b.ReportMetric(wr, "write-ratio")
+	b.ReportMetric(cr, "read-cold-ratio")
+	b.ReportMetric(r, "read-warm-ratio")
 	b.ReportMetric(iops, "4k-iops")
+}
+
+func median(xs []float64) float64 {
+	s := append([]float64(nil), xs...)
+	sort.Float64s(s)
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
 }
 
 // tcpLoopback copies size bytes over a loopback TCP connection (1 MiB writes).
