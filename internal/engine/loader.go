@@ -6,7 +6,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"sync"
+	"sync/atomic"
+	"time"
+	"unsafe"
 
 	"github.com/ffkit/ffkit/ffrecord"
 	"github.com/ffkit/ffkit/loader"
@@ -21,16 +25,107 @@ type loaderHandle struct {
 	readers  []*ffrecord.Reader
 	ring     *segment
 	slotSize int64
+	arena    *ringArena
 
-	mu   sync.Mutex            // guards held
-	held map[int]*loader.Batch // batches lent to Python, by slot
+	streams sync.WaitGroup // running loaderStream calls
+
+	mu      sync.Mutex        // guards held and nextSeq
+	held    map[int]lentBatch // batches lent to Python, by slot
+	nextSeq uint32
 }
+
+// lentBatch is a batch Python has; seq is the lend's number, which Python
+// writes into the slot's release word when it is done.
+type lentBatch struct {
+	b   *loader.Batch
+	seq uint32
+}
+
+// The ring's first page is the release board: one little-endian uint32 per
+// slot. Slots follow it.
+const ringBoard = 4096
+
+// releaseWord is slot i's release word on the board.
+func (h *loaderHandle) releaseWord(i int) *uint32 {
+	return (*uint32)(unsafe.Pointer(&h.ring.mem[4*i]))
+}
+
+// lend records b as lent to Python and returns the lend's number.
+func (h *loaderHandle) lend(b *loader.Batch) (uint32, bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.held == nil {
+		return 0, false
+	}
+	h.nextSeq++
+	h.held[b.Slot] = lentBatch{b: b, seq: h.nextSeq}
+	return h.nextSeq, true
+}
+
+// poll releases every lent batch whose release word Python has set.
+func (h *loaderHandle) poll() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for slot, lb := range h.held {
+		if atomic.LoadUint32(h.releaseWord(slot)) == lb.seq {
+			delete(h.held, slot)
+			lb.b.Release()
+		}
+	}
+}
+
+// ringArena hands out the ring's slots. Python gives slots back by writing
+// release words in shared memory, without a system call, so a producer that
+// finds no free slot polls the board until one is released.
+type ringArena struct {
+	mem      []byte
+	slotSize int64
+	free     chan int
+	h        *loaderHandle
+}
+
+// pollEvery is how often a producer waiting for a slot reads the board.
+const pollEvery = 100 * time.Microsecond
+
+func (a *ringArena) Alloc(ctx context.Context, size int64) ([]byte, int, error) {
+	if size > a.slotSize {
+		return nil, -1, fmt.Errorf("%w: a batch of %d bytes does not fit a ring slot of %d bytes", loader.ErrBudget, size, a.slotSize)
+	}
+	var tick *time.Ticker
+	for {
+		select {
+		case i := <-a.free:
+			if tick != nil {
+				tick.Stop()
+			}
+			off := ringBoard + int64(i)*a.slotSize
+			return a.mem[off : off+size : off+a.slotSize], i, nil
+		default:
+		}
+		a.h.poll()
+		if tick == nil {
+			tick = time.NewTicker(pollEvery)
+		}
+		select {
+		case i := <-a.free:
+			tick.Stop()
+			off := ringBoard + int64(i)*a.slotSize
+			return a.mem[off : off+size : off+a.slotSize], i, nil
+		case <-tick.C:
+		case <-ctx.Done():
+			tick.Stop()
+			return nil, -1, ctx.Err()
+		}
+	}
+}
+
+func (a *ringArena) Free(i int) { a.free <- i }
 
 func (h *loaderHandle) Close() error {
 	err := h.l.Close()
 	h.mu.Lock()
-	for _, b := range h.held {
-		b.Release()
+	for _, lb := range h.held {
+		lb.b.Release()
 	}
 	h.held = nil
 	h.mu.Unlock()
@@ -46,9 +141,9 @@ func (h *loaderHandle) release(slots []int) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	for _, s := range slots {
-		if b, ok := h.held[s]; ok {
+		if lb, ok := h.held[s]; ok {
 			delete(h.held, s)
-			b.Release()
+			lb.b.Release()
 		}
 	}
 }
@@ -125,21 +220,26 @@ func loaderOpen(ctx context.Context, s *Server, hdr, body []byte, fds []int) (re
 		}
 	}
 	slotSize = (slotSize + pageSize - 1) / pageSize * pageSize
-	ring, err := newRing(slotSize * int64(slots))
+	if slots > ringBoard/4 {
+		r.Close()
+		return reply{}, fmt.Errorf("%w: %d ring slots, at most %d", loader.ErrOptions, slots, ringBoard/4)
+	}
+	ring, err := newRing(ringBoard + slotSize*int64(slots))
 	if err != nil {
 		r.Close()
 		return reply{}, err
 	}
-	arena, err := loader.NewSlabArena(ring.mem, slots)
-	if err != nil {
-		ring.close()
-		r.Close()
-		return reply{}, err
+	arena := &ringArena{mem: ring.mem, slotSize: slotSize, free: make(chan int, slots)}
+	for i := 0; i < slots; i++ {
+		arena.free <- i
 	}
+	// The ring bounds memory (slots x slot size); the loader's own budget
+	// must not, or a producer could wait on it for a batch Python released
+	// on the board without a request, where only the arena looks.
 	opts := loader.Options{
 		BatchSize: q.BatchSize, Shuffle: q.Shuffle, Seed: q.Seed, Rank: q.Rank, WorldSize: q.WorldSize,
 		DropLast: q.DropLast, Prefetch: q.Prefetch, StartEpoch: q.StartEpoch, Epochs: -1,
-		MemoryBudget: slotSize * int64(slots), Arena: arena, BlockSize: q.BlockSize,
+		MemoryBudget: 1 << 62, Arena: arena, BlockSize: q.BlockSize,
 		NoVerify: !q.CheckData, Direct: q.Direct,
 	}
 	if q.Workers > 0 {
@@ -154,14 +254,15 @@ func loaderOpen(ctx context.Context, s *Server, hdr, body []byte, fds []int) (re
 		r.Close()
 		return reply{}, err
 	}
-	h := &loaderHandle{l: l, readers: []*ffrecord.Reader{r}, ring: ring, slotSize: slotSize, held: map[int]*loader.Batch{}}
+	h := &loaderHandle{l: l, readers: []*ffrecord.Reader{r}, ring: ring, slotSize: slotSize, arena: arena, held: map[int]lentBatch{}}
+	arena.h = h
 	id := s.add(h)
 	// Python maps the ring; the engine keeps its own descriptor closed
 	// after sending (its mapping stays).
 	fd := ring.fd
 	ring.fd = -1
 	return reply{
-		header: map[string]any{"ok": true, "handle": id, "n": r.N(), "slots": slots, "slot_size": slotSize,
+		header: map[string]any{"ok": true, "handle": id, "n": r.N(), "slots": slots, "slot_size": slotSize, "board": ringBoard,
 			"batches_per_epoch": l.BatchesPerEpoch(), "items": l.Len(), "state": l.State()},
 		fds: []int{fd},
 	}, nil
@@ -221,26 +322,65 @@ func loaderNext(ctx context.Context, s *Server, hdr, body []byte, fds []int) (re
 	if err != nil {
 		return reply{}, err
 	}
-	h.mu.Lock()
-	if h.held == nil { // closed meanwhile
-		h.mu.Unlock()
-		b.Release()
-		return reply{}, fmt.Errorf("%w: loader closed", ErrBadRequest)
+	hdr2, out, err := h.lendReply(b)
+	if err != nil {
+		return reply{}, err
 	}
-	h.held[b.Slot] = b
-	h.mu.Unlock()
+	return reply{header: hdr2, body: out}, nil
+}
+
+// lendReply lends b to Python and describes it: the header names its slot,
+// lend number, epoch, step and the state after it; the body holds n int64
+// sample indices and n [start, end) pairs of positions within the slot.
+func (h *loaderHandle) lendReply(b *loader.Batch) (map[string]any, []byte, error) {
+	seq, ok := h.lend(b)
+	if !ok { // closed meanwhile
+		b.Release()
+		return nil, nil, fmt.Errorf("%w: loader closed", ErrBadRequest)
+	}
 	n := len(b.Samples)
 	out := make([]int64, 3*n)
 	copy(out, b.Indices)
-	base := int64(b.Slot) * h.slotSize
 	for i, smp := range b.Samples {
-		start := base + b.Offset(i)
+		start := b.Offset(i)
 		out[n+2*i], out[n+2*i+1] = start, start+int64(len(smp))
 	}
 	st := b.State()
-	return reply{header: map[string]any{"ok": true, "slot": b.Slot, "n": n, "epoch": b.Epoch, "step": b.Step,
-		"padded": b.Padded, "state": map[string]int64{"epoch": st.Epoch, "cursor": st.Cursor, "step": st.Step}},
-		body: putInt64s(out)}, nil
+	return map[string]any{"ok": true, "slot": b.Slot, "seq": seq, "n": n, "epoch": b.Epoch, "step": b.Step,
+		"padded": b.Padded, "state": map[string]int64{"epoch": st.Epoch, "cursor": st.Cursor, "step": st.Step}}, putInt64s(out), nil
+}
+
+// loaderStream pushes batches to Python as they are ready, one reply frame
+// each, until Python closes the connection or the loader fails. The ring
+// bounds how far it runs ahead: a batch stays lent until Python sets its
+// release word (or lists it in a request).
+func (s *Server) loaderStream(ctx context.Context, c *net.UnixConn, hdr []byte) error {
+	h, _, err := loaderArgs(s, hdr)
+	if err != nil {
+		return writeFrame(c, errorHeader(err), nil, nil)
+	}
+	h.streams.Add(1)
+	defer h.streams.Done()
+	for {
+		h.poll()
+		b, err := h.l.Next(ctx)
+		if errors.Is(err, io.EOF) {
+			return writeFrame(c, map[string]any{"ok": true, "end": true}, nil, nil)
+		}
+		if err != nil {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			return writeFrame(c, errorHeader(err), nil, nil)
+		}
+		rh, body, err := h.lendReply(b)
+		if err != nil {
+			return writeFrame(c, errorHeader(err), nil, nil)
+		}
+		if err := writeFrame(c, rh, body, nil); err != nil {
+			return err
+		}
+	}
 }
 
 func loaderRelease(ctx context.Context, s *Server, hdr, body []byte, fds []int) (reply, error) {
@@ -259,6 +399,9 @@ func loaderReclaim(ctx context.Context, s *Server, hdr, body []byte, fds []int) 
 	if err != nil {
 		return reply{}, err
 	}
+	// Python closed the stream before asking: wait until it has stopped, so
+	// that no batch is lent after the reclaim.
+	h.streams.Wait()
 	keep := map[int]bool{}
 	for _, k := range q.Keep {
 		keep[k] = true

@@ -188,6 +188,12 @@ func (s *Server) serveConn(ctx context.Context, c *net.UnixConn, control bool) e
 		}
 		var rep reply
 		var err error
+		if r.Op == "loader_stream" {
+			// Streams replies until the peer closes the connection; the
+			// connection serves nothing else afterwards.
+			closeFDs(m.f.fds)
+			return s.loaderStream(ctx, c, m.f.header)
+		}
 		if r.Op == "connect" {
 			rep, err = s.connect(ctx, m.f.fds)
 		} else if op, ok := ops[r.Op]; ok {

@@ -28,6 +28,7 @@ a small dict (epoch, cursor into the epoch's global stream, dataset
 fingerprint) that ``load_state_dict`` accepts with any world size, rank or
 batch size: it sits inside a torchdata StatefulDataLoader checkpoint as is.
 """
+import collections
 import ctypes
 import os
 import threading
@@ -178,8 +179,10 @@ class Loader:
         skip_bad: substitute bad samples (logged) instead of failing.
         direct: O_DIRECT reads (bypass the page cache).
         block_size: block shuffle (samples of a block stay together).
-        ahead: batch requests kept in flight to the engine (default 2), so a
-            ready batch is already in the socket when you ask for it.
+        ahead: extra ring slots for batches the engine has pushed into the
+            socket but you have not taken yet (default 2). The engine streams
+            batches as they are ready; you give them back through a release
+            board in the shared memory, so a batch costs no request.
     """
 
     def __init__(self, path, batch_size, shuffle=True, seed=0, rank=None, world_size=None, drop_last=False,
@@ -201,17 +204,13 @@ class Loader:
         self._eng = None
         self._hid = None
         self._gen = 0
-        self._released = []  # (generation, slot) of batches released; list.append is atomic
-        self._outstanding = 0
         self._lock = threading.RLock()
         self._pid = os.getpid()
         self._state = None  # full state after the last batch handed out
         self._stash = None  # first batch of the next epoch, read ahead
         self._closed = False
-        self._sock = None  # this loader's own connection, for pipelined "next"s
-        self._inflight = 0  # "next" requests sent and not yet answered
-        self._live = set()  # slots of batches handed out and not yet released
-        self._needs_recover = False
+        self._sock = None  # the engine's stream of batches (an _engine.Pipe)
+        self._needs_rewind = False
         self._ensure()
         self._epoch = self._state["epoch"]
 
@@ -229,28 +228,29 @@ class Loader:
             self._lock = threading.RLock()
             self._pid = os.getpid()
             self._stash = None
-            self._outstanding = 0
         if self._sock is not None:
             self._sock.close()
         self._sock = None
-        self._inflight = 0
-        self._live = set()
-        self._needs_recover = False
+        self._needs_rewind = False
         rep = e.call(dict(self._open_header))
         h = rep.header
         try:
-            ring = _engine.map_ring(rep.fds[0], h["slots"] * h["slot_size"])
+            ring = _engine.map_ring(rep.fds[0], h["board"] + h["slots"] * h["slot_size"])
         finally:
             rep.fds = []
         self._gen += 1
         self._eng, self._hid = e, h["handle"]
         self._ring = ring
-        self._slots, self._slot_size = h["slots"], h["slot_size"]
+        self._slots, self._slot_size, self._board_bytes = h["slots"], h["slot_size"], h["board"]
+        # The release board: Python writes a batch's lend number into its
+        # slot's word when it is done; the engine reads it (no system call).
+        self._board = np.frombuffer(ring, dtype="<u4", count=self._slots)
         self._slot_type = ctypes.c_uint8 * self._slot_size
         self.n = h["n"]
         self._batches = h["batches_per_epoch"]
-        self._outstanding = 0
-        self._released = []
+        self._handed = 0  # batches handed out and not yet counted released
+        self._released = collections.deque()  # slots released (appended by finalizers)
+        self._live = set()  # slots handed out and not yet released
         template = h["state"]
         if self._state is not None:
             # A new helper (fork, or the old one died): continue where we were.
@@ -263,30 +263,28 @@ class Loader:
         self._state = template
         return e
 
-    def _call(self, header, quiesce=True):
+    def _call(self, header, seek=True):
         e = self._ensure()
-        if quiesce:
-            self._quiesce()
-            if self._needs_recover:
-                self._recover(e)
+        if seek:
+            # A seek: stop the stream and take back what it sent ahead.
+            self._stop_stream(e)
+            self._needs_rewind = False
         header["handle"] = self._hid
-        rel = self._drain()
-        if rel:
-            header["release"] = rel
         return e.call(header)
 
     def _drain(self):
-        if not self._released:
-            return []
-        items, self._released = self._released, []
-        g = self._gen
-        out = [s for (gen, s) in items if gen == g]
-        self._outstanding -= len(out)
-        self._live.difference_update(out)
-        return out
+        """Counts the batches released since the last call."""
+        rel = self._released
+        while rel:
+            slot = rel.popleft()
+            self._handed -= 1
+            self._live.discard(slot)
 
-    def _on_release(self, gen, slot):
-        self._released.append((gen, slot))
+    @staticmethod
+    def _release(board, released, slot, seq):
+        # Runs when the batch is released or garbage: no locks, no I/O.
+        board[slot] = seq
+        released.append(slot)
 
     # -- iteration ---------------------------------------------------------
 
@@ -294,74 +292,55 @@ class Loader:
         """Batches per epoch on this rank."""
         return self._batches
 
-    def _send_next(self):
-        header = {"op": "loader_next", "handle": self._hid}
-        rel = self._drain()
-        if rel:
-            header["release"] = rel
-        self._sock.send(header)
-        self._inflight += 1
+    def _stop_stream(self, e):
+        """Closes the stream and gets back the slots of batches it sent that
+        we never handed out."""
+        if self._sock is None:
+            return
+        self._sock.close()
+        self._sock = None
+        self._drain()
+        e.call({"op": "loader_reclaim", "handle": self._hid, "keep": sorted(self._live)})
 
     def _abandon(self):
-        """Drops the pipelined connection after an error or an interrupt:
-        the engine gets back every slot we do not hold and rewinds to the
-        last batch we handed out, so nothing is skipped."""
+        """After an error or an interrupt: the stream goes, and the next fetch
+        rewinds to the last batch handed out, so nothing is skipped."""
         if self._sock is not None:
             self._sock.close()
         self._sock = None
-        self._inflight = 0
-        self._needs_recover = True
+        self._needs_rewind = True
 
-    def _recover(self, e):
-        self._needs_recover = False
-        rel = self._drain()
-        e.call({"op": "loader_reclaim", "handle": self._hid, "keep": sorted(self._live), "release": rel})
+    def _rewind(self, e):
+        self._drain()
+        e.call({"op": "loader_reclaim", "handle": self._hid, "keep": sorted(self._live)})
         st = self._state
         if st["cursor"] == 0 and st["step"] == 0:
             e.call({"op": "loader_set_epoch", "handle": self._hid, "epoch": st["epoch"]})
         else:
             e.call({"op": "loader_restore", "handle": self._hid, "state": dict(st)})
-
-    def _quiesce(self):
-        """Takes back the batches requested ahead (before a seek)."""
-        while self._inflight:
-            try:
-                rep = self._sock.recv()
-            except BaseException:
-                self._abandon()
-                return
-            self._inflight -= 1
-            slot = rep.header.get("slot")
-            if slot is not None:
-                self._released.append((self._gen, slot))
-                self._outstanding += 1
-                self._live.add(slot)
+        self._needs_rewind = False
 
     def _fetch(self):
-        room = self._slots - self.ahead
-        if self._outstanding - len(self._released) >= room:
+        e = self._ensure()
+        self._drain()
+        if self._handed >= self._slots:
             import gc
 
             gc.collect()
-            if self._outstanding - len(self._released) >= room:
+            self._drain()
+            if self._handed >= self._slots:
                 raise errors.UsageError(
-                    f"ffkit.Loader: {self._outstanding} batches are held unreleased and the ring has room for "
-                    f"{room}; release batches (batch.release(), or drop references), "
+                    f"ffkit.Loader: {self._handed} batches are held unreleased and the ring has "
+                    f"{self._slots} slots; release batches (batch.release(), or drop references), "
                     f"copy what you keep (batch.copy()), or raise hold= (now {self.hold})"
                 )
-        e = self._ensure()
-        if self._needs_recover:
-            self._recover(e)
-        if self._sock is None:
-            self._sock = _engine.Pipe(e.connection())
         try:
-            if self._inflight == 0:
-                self._send_next()
+            if self._needs_rewind:
+                self._rewind(e)
+            if self._sock is None:
+                self._sock = _engine.Pipe(e.connection())
+                self._sock.send({"op": "loader_stream", "handle": self._hid})
             rep = self._sock.recv()
-            self._inflight -= 1
-            # Keep `ahead` requests queued while the caller works on this one.
-            while self._inflight < self.ahead:
-                self._send_next()
         except errors.EngineError:
             self._abandon()
             e._check_alive(wait=True)
@@ -383,13 +362,12 @@ class Loader:
         body = np.frombuffer(rep.body, dtype="<i8")
         indices = body[:n].copy()
         slot = h["slot"]
-        base = slot * self._slot_size
-        pos = body[n:].reshape(n, 2) - base
-        mem = self._slot_type.from_buffer(self._ring, base)
+        pos = body[n:].reshape(n, 2)
+        mem = self._slot_type.from_buffer(self._ring, self._board_bytes + slot * self._slot_size)
         buf = np.frombuffer(mem, dtype=np.uint8)
-        self._outstanding += 1
+        self._handed += 1
         self._live.add(slot)
-        fin = weakref.finalize(mem, self._on_release, self._gen, slot)
+        fin = weakref.finalize(mem, Loader._release, self._board, self._released, slot, h["seq"])
         st = h["state"]
         self._state = dict(self._state, epoch=st["epoch"], cursor=st["cursor"], step=st["step"])
         return Batch(indices, h["epoch"], h["step"], h["padded"], pos, buf, fin)
@@ -447,7 +425,7 @@ class Loader:
 
     def stats(self):
         """The Go loader's counters (batches, bytes, read time, stalls...)."""
-        return self._call({"op": "loader_stats"}, quiesce=False).header["stats"]
+        return self._call({"op": "loader_stats"}, seek=False).header["stats"]
 
     def close(self):
         if self._closed:
@@ -488,8 +466,6 @@ class Loader:
         self.rank, self.world_size = st["rank"], st["world_size"]
         self._eng = self._hid = None
         self._gen = 0
-        self._released = []
-        self._outstanding = 0
         self._lock = threading.RLock()
         self._pid = os.getpid()
         self._state = st["state"]
@@ -497,8 +473,6 @@ class Loader:
         self._closed = False
         self.ahead = max(0, int(self._open_header.get("ahead", 2)))
         self._sock = None
-        self._inflight = 0
-        self._live = set()
-        self._needs_recover = False
+        self._needs_rewind = False
         self._ensure()
         self._epoch = st["epoch"]
