@@ -16,6 +16,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/ffkit/ffkit/ffrecord"
+	"github.com/ffkit/ffkit/internal/errkind"
 )
 
 // Loader delivers batches of one rank's share of a dataset (or of a
@@ -555,7 +556,7 @@ func (l *Loader) read(ctx context.Context, j *job) error {
 			anyGood = anyGood || good[i]
 		}
 		if !anyGood {
-			return fmt.Errorf("loader: every sample of batch %d of epoch %d is bad", b.Step, b.Epoch)
+			return errkind.Wrap(errkind.Data, fmt.Errorf("loader: every sample of batch %d of epoch %d is bad (see the skipped-sample log)", b.Step, b.Epoch))
 		}
 		err := l.readPositions(ctx, j, good)
 		if err == nil {
