@@ -355,6 +355,15 @@ class Loader:
         except BaseException:
             self._abandon()
             raise
+        try:
+            return self._batch(rep)
+        except BaseException:
+            # Interrupted between receiving the batch and handing it out:
+            # rewind so that it is delivered again.
+            self._abandon()
+            raise
+
+    def _batch(self, rep):
         h = rep.header
         if h.get("end"):
             return None
@@ -365,11 +374,12 @@ class Loader:
         pos = body[n:].reshape(n, 2)
         mem = self._slot_type.from_buffer(self._ring, self._board_bytes + slot * self._slot_size)
         buf = np.frombuffer(mem, dtype=np.uint8)
+        st = h["state"]
+        state = dict(self._state, epoch=st["epoch"], cursor=st["cursor"], step=st["step"])
+        fin = weakref.finalize(mem, Loader._release, self._board, self._released, slot, h["seq"])
         self._handed += 1
         self._live.add(slot)
-        fin = weakref.finalize(mem, Loader._release, self._board, self._released, slot, h["seq"])
-        st = h["state"]
-        self._state = dict(self._state, epoch=st["epoch"], cursor=st["cursor"], step=st["step"])
+        self._state = state
         return Batch(indices, h["epoch"], h["step"], h["padded"], pos, buf, fin)
 
     def __iter__(self):

@@ -198,3 +198,34 @@ def test_bad_data_raises_with_the_go_message(gen, tmp_path):
     assert sum(len(b) for b in L) == n
     with pytest.raises(errors.UsageError):
         ffkit.Loader(path, batch_size=0)
+
+
+def test_interrupted_wait_loses_no_batch(gen, monkeypatch):
+    """Ctrl-C while waiting for a batch: the stream is dropped, and the next
+    iteration continues exactly where the last handed-out batch left off."""
+    from ffkit import _engine
+
+    path, n = gen
+    ref = [b.indices.tolist() for b in ffkit.Loader(path, batch_size=100, seed=6)]
+    L = ffkit.Loader(path, batch_size=100, seed=6)
+    real = _engine.Pipe.recv
+    calls = {"n": 0}
+
+    def flaky(self):
+        calls["n"] += 1
+        if calls["n"] in (4, 9, 10):
+            raise KeyboardInterrupt
+        return real(self)
+
+    monkeypatch.setattr(_engine.Pipe, "recv", flaky)
+    got = []
+    while True:
+        try:
+            for b in L:
+                got.append(b.indices.tolist())
+            break
+        except KeyboardInterrupt:
+            continue
+    assert got == ref
+    assert calls["n"] > 10
+
