@@ -98,7 +98,7 @@ func (c *Client) conn(ctx context.Context) (*transport.Conn, string, error) {
 	}
 	if len(c.servers) == 0 {
 		c.mu.Unlock()
-		return nil, "", fmt.Errorf("%w: none known", ErrNoServer)
+		return nil, "", fmt.Errorf("%w: none known (mgmtd lists no live metadata server: is 'ffkit fs meta' running?)", ErrNoServer)
 	}
 	addr := c.servers[c.cur%len(c.servers)]
 	cn := c.conns[addr]
