@@ -144,7 +144,7 @@ type groupTable struct {
 	keys  []expr.Vec // one growing column per key
 	n     int
 	index map[string]int32 // encoded key -> group
-	ints  map[int64]int32  // single integer-like key
+	ints  *intTable        // single integer-like key
 	null  int32            // group of the NULL key with ints; -1 none
 	aggs  []aggState
 	buf   []byte
@@ -156,7 +156,7 @@ func newGroupTable(p *aggPlan) *groupTable {
 		t.keys = append(t.keys, expr.Vec{T: k, Null: []bool{}})
 	}
 	if len(p.keyKinds) == 1 && (p.keyKinds[0] == expr.TInt || p.keyKinds[0] == expr.TDate || p.keyKinds[0] == expr.TTimestamp) {
-		t.ints = map[int64]int32{}
+		t.ints = newIntTable()
 	}
 	t.aggs = make([]aggState, len(p.aggs))
 	for i, a := range p.aggs {
@@ -275,11 +275,13 @@ func (t *groupTable) groups(keys []expr.Vec, n int) []int32 {
 				gids[i] = t.null
 				continue
 			}
-			g, ok := t.ints[k.I[i]]
-			if !ok {
-				g = t.addGroup(keys, i)
-				t.ints[k.I[i]] = g
+			slot, found := t.ints.find(k.I[i])
+			if found {
+				gids[i] = t.ints.group(slot)
+				continue
 			}
+			g := t.addGroup(keys, i)
+			t.ints.set(slot, k.I[i], g) // may grow the table: slot is stale after
 			gids[i] = g
 		}
 		return gids
@@ -693,4 +695,58 @@ func (a *aggState) fast(fn string, v *expr.Vec, gids []int32) bool {
 		return false
 	}
 	return true
+}
+
+// intTable is an open-addressing (linear probing) hash table from int64
+// keys to group numbers, for the common single-integer group key. Key and
+// group share a slot, so a probe costs one cache miss.
+type intTable struct {
+	slots []intSlot
+	mask  uint64
+	n     int
+}
+
+type intSlot struct {
+	key int64
+	val int32 // group + 1; 0 marks an empty slot
+}
+
+func newIntTable() *intTable {
+	const size = 1024
+	return &intTable{slots: make([]intSlot, size), mask: size - 1}
+}
+
+// find returns the slot of k, or the empty slot where it would go.
+func (t *intTable) find(k int64) (int, bool) {
+	i := mix(uint64(k)) & t.mask
+	for {
+		s := &t.slots[i]
+		if s.val == 0 {
+			return int(i), false
+		}
+		if s.key == k {
+			return int(i), true
+		}
+		i = (i + 1) & t.mask
+	}
+}
+
+// group is the group in a slot find reported as found.
+func (t *intTable) group(slot int) int32 { return t.slots[slot].val - 1 }
+
+// set stores k -> g in the empty slot found for k, growing the table.
+func (t *intTable) set(slot int, k int64, g int32) {
+	t.slots[slot] = intSlot{k, g + 1}
+	t.n++
+	if uint64(t.n)*2 > t.mask {
+		old := t.slots
+		size := (t.mask + 1) * 2
+		t.slots, t.mask = make([]intSlot, size), size-1
+		for _, s := range old {
+			if s.val != 0 {
+				j, _ := t.find(s.key)
+				t.slots[j] = s
+			}
+		}
+	}
 }
