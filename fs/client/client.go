@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"slices"
 	"sync"
@@ -241,6 +242,24 @@ func (c *Client) retry(ctx context.Context, what string, attempt func(ctx contex
 func (c *Client) call(ctx context.Context, r *proto.Routing, node proto.NodeID, method uint16, req any, data [][]byte, resp any) ([]byte, error) {
 	out, _, err := c.callRelease(ctx, r, node, method, req, data, resp)
 	return out, err
+}
+
+// callInto sends one request to a storage node, its reply's data going
+// to sink.
+func (c *Client) callInto(ctx context.Context, r *proto.Routing, node proto.NodeID, method uint16, req any, resp any, sink transport.Sink) error {
+	addr := r.NodeAddr(node)
+	if addr == "" {
+		return fmt.Errorf("%w: node %d has no address", proto.ErrTargetOffline, node)
+	}
+	conn, err := c.pool.Get(ctx, addr)
+	if err != nil {
+		return err
+	}
+	err = conn.CallInto(ctx, method, req, nil, resp, sink)
+	if err != nil && errors.Is(err, context.DeadlineExceeded) {
+		c.pool.Drop(addr) // maybe partitioned or stuck: dial afresh next time
+	}
+	return err
 }
 
 func (c *Client) callRelease(ctx context.Context, r *proto.Routing, node proto.NodeID, method uint16, req any, data [][]byte, resp any) ([]byte, func(), error) {
@@ -527,10 +546,54 @@ func (c *Client) readAttempt(ctx context.Context, r *proto.Routing, reads []Chun
 func (c *Client) readBatch(ctx context.Context, r *proto.Routing, reads []ChunkRead, b *batch) error {
 	c.countReadRequest(len(b.ios), b.bytes)
 	var resp proto.BatchReadResp
-	data, release, err := c.callRelease(ctx, r, b.node, proto.MBatchRead, proto.BatchReadReq{IOs: b.ios}, nil, &resp)
-	if err == nil {
-		defer release() // the bytes are copied into the callers' buffers below
+	got := make([]int64, len(b.ios)) // bytes stored per IO, from the reply
+	// The reply's data goes straight from the connection into the callers'
+	// buffers: a span read for one buffer at its offset lands in place;
+	// merged spans go through a scratch buffer and are scattered.
+	sink := func(rd io.Reader, n int) error {
+		if len(resp.Results) != len(b.ios) {
+			return fmt.Errorf("%w: node %d answered %d results for %d reads", proto.ErrIO, b.node, len(resp.Results), len(b.ios))
+		}
+		total := int64(0)
+		for i, res := range resp.Results {
+			if res.N < 0 || res.N > b.ios[i].Len || (res.Code != "" && res.N != 0) {
+				return fmt.Errorf("%w: node %d sent a malformed read reply", proto.ErrIO, b.node)
+			}
+			total += res.N
+		}
+		if total != int64(n) {
+			return fmt.Errorf("%w: node %d sent %d data bytes for results totalling %d", proto.ErrIO, b.node, n, total)
+		}
+		for i, res := range resp.Results {
+			if res.N == 0 {
+				continue
+			}
+			sp := b.spans[i]
+			if len(sp.members) == 1 && reads[sp.members[0]].Off == sp.off {
+				if _, err := io.ReadFull(rd, reads[sp.members[0]].Buf[:res.N]); err != nil {
+					return err
+				}
+			} else {
+				tmp := transport.GetBuffer(int(res.N))
+				_, err := io.ReadFull(rd, tmp)
+				if err == nil {
+					for _, m := range sp.members {
+						q := &reads[m]
+						if lo := q.Off - sp.off; lo < res.N {
+							copy(q.Buf, tmp[lo:])
+						}
+					}
+				}
+				transport.PutBuffer(tmp)
+				if err != nil {
+					return err
+				}
+			}
+			got[i] = res.N
+		}
+		return nil
 	}
+	err := c.callInto(ctx, r, b.node, proto.MBatchRead, proto.BatchReadReq{IOs: b.ios}, &resp, sink)
 	if err != nil {
 		for i, sp := range b.spans {
 			sp.failed[b.ios[i].Target] = true
@@ -541,11 +604,7 @@ func (c *Client) readBatch(ctx context.Context, r *proto.Routing, reads []ChunkR
 		}
 		return err
 	}
-	if len(resp.Results) != len(b.ios) {
-		return fmt.Errorf("%w: node %d answered %d results for %d reads", proto.ErrIO, b.node, len(resp.Results), len(b.ios))
-	}
 	var firstErr error
-	pos := int64(0)
 	for i, res := range resp.Results {
 		sp := b.spans[i]
 		if res.Code != "" {
@@ -564,20 +623,11 @@ func (c *Client) readBatch(ctx context.Context, r *proto.Routing, reads []ChunkR
 			}
 			continue
 		}
-		if res.N < 0 || res.N > b.ios[i].Len || pos+res.N > int64(len(data)) {
-			return fmt.Errorf("%w: node %d sent a malformed read reply", proto.ErrIO, b.node)
-		}
-		got := data[pos : pos+res.N]
-		pos += res.N
 		for _, m := range sp.members {
-			rd := &reads[m]
-			lo := rd.Off - sp.off
-			n := 0
-			if lo < int64(len(got)) {
-				n = copy(rd.Buf, got[lo:])
-			}
-			clear(rd.Buf[n:])
-			rd.N = n
+			q := &reads[m]
+			n := int(max(0, min(got[i]-(q.Off-sp.off), int64(len(q.Buf)))))
+			clear(q.Buf[n:])
+			q.N = n
 		}
 		sp.done = true
 	}

@@ -4,10 +4,13 @@ import (
 	"bufio"
 	"context"
 	"crypto/subtle"
+	"encoding/binary"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -51,15 +54,31 @@ type Conn struct {
 	addr   string
 	wmu    sync.Mutex // serialises frame writes
 	mu     sync.Mutex
-	nextID uint64                // guarded by mu
-	calls  map[uint64]chan reply // guarded by mu
-	err    error                 // guarded by mu: set once the connection broke
+	nextID uint64              // guarded by mu
+	calls  map[uint64]*pending // guarded by mu
+	err    error               // guarded by mu: set once the connection broke
 	done   chan struct{}
 }
 
 type reply struct {
-	f   Frame
-	err error
+	f    Frame
+	err  error
+	sunk bool // the data went to the call's sink
+}
+
+// Sink receives a reply's data straight from the connection, into the
+// caller's own buffers (no intermediate copy). It runs on the
+// connection's reader after the reply header was decoded into the call's
+// resp, and must read the n data bytes from r (what it leaves is
+// discarded). It must not block on anything but r.
+type Sink func(r io.Reader, n int) error
+
+// pending is a call waiting for its reply.
+type pending struct {
+	ch    chan reply // buffered: one reply
+	sink  Sink
+	resp  any
+	state atomic.Int32 // 0 waiting, 1 sink running, 2 abandoned by the caller
 }
 
 // Dial connects to addr and presents the token.
@@ -101,7 +120,7 @@ func Dial(ctx context.Context, addr string, opts Options) (*Conn, error) {
 		nc.Close()
 		return nil, fmt.Errorf("%w: %s -> %s", ErrPartitioned, opts.Name, sh.Name)
 	}
-	c := &Conn{nc: nc, opts: opts, peer: sh.Name, addr: addr, calls: map[uint64]chan reply{}, done: make(chan struct{})}
+	c := &Conn{nc: nc, opts: opts, peer: sh.Name, addr: addr, calls: map[uint64]*pending{}, done: make(chan struct{})}
 	go c.readLoop(br)
 	return c, nil
 }
@@ -127,8 +146,8 @@ func (c *Conn) fail(err error) {
 	c.mu.Lock()
 	if c.err == nil {
 		c.err = err
-		for id, ch := range c.calls {
-			ch <- reply{err: err}
+		for id, p := range c.calls {
+			p.ch <- reply{err: err}
 			delete(c.calls, id)
 		}
 	}
@@ -138,22 +157,81 @@ func (c *Conn) fail(err error) {
 
 func (c *Conn) readLoop(br *bufio.Reader) {
 	defer close(c.done)
+	broken := func(err error) {
+		c.fail(fmt.Errorf("%w: %s: %v", ErrClosed, c.addr, err))
+	}
 	for {
-		f, err := ReadFrame(br, c.opts.MaxFrame)
-		if err != nil {
-			c.fail(fmt.Errorf("%w: %s: %v", ErrClosed, c.addr, err))
+		var head [prefixLen + fixedLen]byte
+		if _, err := io.ReadFull(br, head[:]); err != nil {
+			broken(err)
+			return
+		}
+		n := binary.BigEndian.Uint32(head[0:])
+		if n < fixedLen || uint64(n) > uint64(c.opts.MaxFrame) {
+			broken(fmt.Errorf("%w: length %d outside [%d, %d]", ErrFrame, n, fixedLen, c.opts.MaxFrame))
+			return
+		}
+		id := binary.BigEndian.Uint64(head[4:])
+		typ := head[12]
+		h := binary.BigEndian.Uint32(head[16:])
+		if h > n-fixedLen {
+			broken(fmt.Errorf("%w: header length %d exceeds frame body %d", ErrFrame, h, n-fixedLen))
 			return
 		}
 		if c.opts.Faults != nil && c.opts.Faults.Blocked(c.peer, c.opts.Name) {
-			f.Release()
+			if _, err := io.CopyN(io.Discard, br, int64(n-fixedLen)); err != nil {
+				broken(err)
+				return
+			}
 			continue // dropped on the wire
 		}
 		c.mu.Lock()
-		ch := c.calls[f.ID]
-		delete(c.calls, f.ID)
+		p := c.calls[id]
+		sink := p != nil && p.sink != nil && typ == TReply && p.state.CompareAndSwap(0, 1)
+		if p != nil && (sink || p.sink == nil || typ != TReply) {
+			delete(c.calls, id)
+		}
 		c.mu.Unlock()
-		if ch != nil {
-			ch <- reply{f: f}
+		if sink {
+			hdr := make([]byte, h)
+			if _, err := io.ReadFull(br, hdr); err != nil {
+				p.ch <- reply{err: fmt.Errorf("%w: %s: %v", ErrClosed, c.addr, err)}
+				broken(err)
+				return
+			}
+			lr := &io.LimitedReader{R: br, N: int64(n - fixedLen - h)}
+			err := json.Unmarshal(hdr, p.resp)
+			if err != nil {
+				err = fmt.Errorf("transport: bad reply from %s: %w", c.addr, err)
+			} else {
+				err = p.sink(lr, int(lr.N))
+			}
+			if lr.N > 0 {
+				if _, derr := io.CopyN(io.Discard, lr, lr.N); derr != nil {
+					p.ch <- reply{err: fmt.Errorf("%w: %s: %v", ErrClosed, c.addr, derr)}
+					broken(derr)
+					return
+				}
+			}
+			p.ch <- reply{sunk: true, err: err}
+			continue
+		}
+		buf := GetBuffer(int(n))
+		copy(buf, head[prefixLen:])
+		if _, err := io.ReadFull(br, buf[fixedLen:]); err != nil {
+			PutBuffer(buf)
+			broken(err)
+			return
+		}
+		f, err := decodeBody(buf)
+		if err != nil {
+			PutBuffer(buf)
+			broken(err)
+			return
+		}
+		f.buf = buf
+		if p != nil && p.state.Load() != 2 {
+			p.ch <- reply{f: f}
 		} else {
 			f.Release() // the caller gave up
 		}
@@ -172,11 +250,23 @@ func (c *Conn) Call(ctx context.Context, method uint16, req any, data [][]byte, 
 // CallRelease is Call, returning also a function that recycles the reply's
 // buffer once the caller is done with the data (calling it is optional).
 func (c *Conn) CallRelease(ctx context.Context, method uint16, req any, data [][]byte, resp any) ([]byte, func(), error) {
+	return c.call(ctx, method, req, data, resp, nil)
+}
+
+// CallInto is Call with the reply's data delivered to sink (see Sink)
+// instead of a buffer. When it returns, sink has finished or will never
+// run.
+func (c *Conn) CallInto(ctx context.Context, method uint16, req any, data [][]byte, resp any, sink Sink) error {
+	_, _, err := c.call(ctx, method, req, data, resp, sink)
+	return err
+}
+
+func (c *Conn) call(ctx context.Context, method uint16, req any, data [][]byte, resp any, sink Sink) ([]byte, func(), error) {
 	hdr, err := json.Marshal(req)
 	if err != nil {
 		return nil, nil, fmt.Errorf("transport: encode request: %w", err)
 	}
-	ch := make(chan reply, 1)
+	p := &pending{ch: make(chan reply, 1), sink: sink, resp: resp}
 	c.mu.Lock()
 	if c.err != nil {
 		err := c.err
@@ -185,7 +275,7 @@ func (c *Conn) CallRelease(ctx context.Context, method uint16, req any, data [][
 	}
 	c.nextID++
 	id := c.nextID
-	c.calls[id] = ch
+	c.calls[id] = p
 	c.mu.Unlock()
 
 	if c.opts.Faults == nil || !c.opts.Faults.Blocked(c.opts.Name, c.peer) {
@@ -194,9 +284,12 @@ func (c *Conn) CallRelease(ctx context.Context, method uint16, req any, data [][
 		}
 	}
 	select {
-	case r := <-ch:
+	case r := <-p.ch:
 		if r.err != nil {
 			return nil, nil, r.err
+		}
+		if r.sunk {
+			return nil, func() {}, nil
 		}
 		f := r.f
 		if f.Type == TError {
@@ -221,8 +314,19 @@ func (c *Conn) CallRelease(ctx context.Context, method uint16, req any, data [][
 		return f.Data, f.Release, nil
 	case <-ctx.Done():
 		c.mu.Lock()
-		delete(c.calls, id)
+		abandoned := p.state.CompareAndSwap(0, 2)
+		if abandoned {
+			delete(c.calls, id)
+		}
 		c.mu.Unlock()
+		if !abandoned {
+			// The sink is writing into the caller's buffers: cut the
+			// connection so it stops at once, and wait for it.
+			c.fail(fmt.Errorf("%w: %s: call abandoned mid-reply", ErrClosed, c.addr))
+			if r := <-p.ch; r.f.buf != nil {
+				r.f.Release()
+			}
+		}
 		return nil, nil, fmt.Errorf("transport: call %d to %s (%s): %w", method, c.peer, c.addr, ctx.Err())
 	}
 }

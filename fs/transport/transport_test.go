@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"strings"
 	"sync"
@@ -194,4 +195,40 @@ func FuzzDecodeFrame(f *testing.F) {
 			t.Fatalf("ReadFrame disagrees: %v", err)
 		}
 	})
+}
+
+func TestCallIntoSink(t *testing.T) {
+	s := echoServer(t, Options{Token: "secret"})
+	c, err := Dial(context.Background(), s.Addr(), Options{Token: "secret"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	payload := bytes.Repeat([]byte("0123456789"), 100000)
+	dst := make([]byte, len(payload)+1)
+	var resp echoReq
+	err = c.CallInto(context.Background(), 7, echoReq{N: 4}, [][]byte{payload}, &resp, func(r io.Reader, n int) error {
+		if n != len(dst) {
+			return fmt.Errorf("sink got n=%d", n)
+		}
+		_, err := io.ReadFull(r, dst)
+		return err
+	})
+	if err != nil || resp.N != 5 || !bytes.Equal(dst, append(payload, '!')) {
+		t.Fatalf("CallInto: %v n=%d", err, resp.N)
+	}
+	// A sink that reads less leaves the connection usable; errors of the
+	// handler still come back as RemoteError.
+	err = c.CallInto(context.Background(), 7, echoReq{N: 1}, [][]byte{payload}, &resp, func(r io.Reader, n int) error { return nil })
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = c.CallInto(context.Background(), 7, echoReq{N: -1}, nil, &resp, func(r io.Reader, n int) error { return nil })
+	var re *RemoteError
+	if !errors.As(err, &re) {
+		t.Fatalf("want remote error, got %v", err)
+	}
+	if _, err := c.Call(context.Background(), 7, echoReq{N: 1}, nil, nil); err != nil {
+		t.Fatal(err)
+	}
 }
