@@ -92,6 +92,7 @@ func (n *node) Open(_ context.Context, flags uint32) (gofs.FileHandle, uint32, s
 	if trunc {
 		oflag |= fs.OTrunc
 	}
+	n.waitClosed(ctx)
 	wf, errno := n.acquireWrite(ctx, p, oflag)
 	if errno != 0 {
 		return nil, 0, errno
@@ -132,15 +133,25 @@ func (n *node) releaseWrite() syscall.Errno {
 	n.mu.Lock()
 	n.wfRefs--
 	var wf fs.WriteFile
+	var closed chan struct{}
 	if n.wfRefs == 0 {
 		wf, n.wf = n.wf, nil
 		n.mtime = time.Time{}
+		closed = make(chan struct{})
+		n.closing = closed
 	}
 	n.mu.Unlock()
 	if wf == nil {
 		return 0
 	}
-	return n.srv.errno(n.srv.bounded(wf.Close))
+	err := n.srv.bounded(wf.Close)
+	n.mu.Lock()
+	if n.closing == closed {
+		n.closing = nil
+	}
+	n.mu.Unlock()
+	close(closed)
+	return n.srv.errno(err)
 }
 
 func (n *node) Create(_ context.Context, name string, flags uint32, mode uint32, out *gofuse.EntryOut) (*gofs.Inode, gofs.FileHandle, uint32, syscall.Errno) {

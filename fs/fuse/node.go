@@ -29,6 +29,10 @@ type node struct {
 	// release (wfRefs counts them). Guarded by mu.
 	wf     fs.WriteFile
 	wfRefs int
+	// closing is closed when the last write file released (and being
+	// closed) is closed: until then its write session holds the file, so
+	// a truncate or a new write open waits for it. Guarded by mu.
+	closing chan struct{}
 	// seq is a new file written sequentially over a backend without
 	// fs.RandomAccessFS, published on flush. Guarded by mu.
 	seq *seqHandle
@@ -256,6 +260,7 @@ func (n *node) Setattr(_ context.Context, fh gofs.FileHandle, in *gofuse.SetAttr
 }
 
 func (n *node) truncate(ctx context.Context, size int64) syscall.Errno {
+	n.waitClosed(ctx)
 	n.mu.Lock()
 	wf, seq := n.wf, n.seq
 	n.mu.Unlock()
@@ -282,6 +287,22 @@ func (n *node) truncate(ctx context.Context, size int64) syscall.Errno {
 	}
 	n.touch()
 	return 0
+}
+
+// waitClosed waits until a write file being closed by a release is
+// closed (the kernel sends RELEASE after close(2) has returned, so the
+// next call of the same program can overtake it).
+func (n *node) waitClosed(ctx context.Context) {
+	n.mu.Lock()
+	ch := n.closing
+	n.mu.Unlock()
+	if ch == nil {
+		return
+	}
+	select {
+	case <-ch:
+	case <-ctx.Done():
+	}
 }
 
 func (n *node) touch() {

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/ffkit/ffkit/fs"
+	"github.com/ffkit/ffkit/fs/fstest"
 	"github.com/ffkit/ffkit/fs/localfs"
 )
 
@@ -64,4 +65,8 @@ func TestOpenWrite(t *testing.T) {
 	if err != nil || u.Total <= 0 || u.Free < 0 || u.Free > u.Total {
 		t.Fatalf("StatFS = %+v, %v", u, err)
 	}
+}
+
+func TestRandomAccessConformance(t *testing.T) {
+	fstest.RunRandomAccess(t, localfs.New(), t.TempDir())
 }
