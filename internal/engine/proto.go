@@ -19,7 +19,7 @@ var ErrProtocol = errkind.New(errkind.Usage, "engine: protocol error")
 // Limits that keep a bad frame from making the engine allocate without bound.
 const (
 	maxHeader = 16 << 20
-	maxBody   = 1 << 34
+	maxBody   = 1 << 30
 	maxFDs    = 4
 )
 
@@ -65,6 +65,10 @@ func readFrame(c *net.UnixConn) (frame, error) {
 	if hl > maxHeader {
 		closeFDs(f.fds)
 		return f, fmt.Errorf("%w: header of %d bytes", ErrProtocol, hl)
+	}
+	if bl > maxBody {
+		closeFDs(f.fds)
+		return f, fmt.Errorf("%w: body of %d bytes", ErrProtocol, bl)
 	}
 	f.header = make([]byte, hl)
 	if _, err := io.ReadFull(c, f.header); err != nil {
