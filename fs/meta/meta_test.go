@@ -466,3 +466,39 @@ func TestGCExpiredSessionsPaged(t *testing.T) {
 		}
 	}
 }
+
+// The same with the cycle closing deeper in the tree: a moves under
+// b/c/d while b moves under a/x. Only the ancestor walk's conflict-checked
+// reads (not the parents') make one of them fail.
+func TestConcurrentDeepRenamesNoCycle(t *testing.T) {
+	ctx := context.Background()
+	s, _ := newTestService(t, nil)
+	for round := 0; round < 30; round++ {
+		r := fmt.Sprintf("/d%d", round)
+		for _, p := range []string{r + "/a/x", r + "/b/c/d"} {
+			if _, err := s.Mkdir(ctx, "", p, true); err != nil {
+				t.Fatal(err)
+			}
+		}
+		var wg sync.WaitGroup
+		errs := make([]error, 2)
+		start := make(chan struct{})
+		wg.Add(2)
+		go func() { defer wg.Done(); <-start; errs[0] = s.Rename(ctx, "", r+"/a", r+"/b/c/d/a") }()
+		go func() { defer wg.Done(); <-start; errs[1] = s.Rename(ctx, "", r+"/b", r+"/a/x/b") }()
+		close(start)
+		wg.Wait()
+		ok := 0
+		for _, err := range errs {
+			if err == nil {
+				ok++
+			} else if !errors.Is(err, ErrInvalid) && !errors.Is(err, iofs.ErrNotExist) {
+				t.Fatalf("unexpected: %v", err)
+			}
+		}
+		if ok != 1 {
+			t.Fatalf("round %d: %d renames succeeded (%v)", round, ok, errs)
+		}
+	}
+	checkTree(t, s)
+}
