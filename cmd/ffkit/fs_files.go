@@ -381,8 +381,11 @@ func newCopyCmd(use, short, long string) *cobra.Command {
 			return err
 		}
 		st, err := copyTree(ctx, sf, sp, df, dp, parallel)
+		if errors.Is(err, fs.ErrNotExist) {
+			return errkind.Wrap(errkind.Data, err) // exit 1; the message names the path
+		}
 		if err != nil {
-			return notFound(args[0], err)
+			return err
 		}
 		if jsonOut {
 			return printJSON(st)
