@@ -122,6 +122,9 @@ func (n *node) acquireWrite(ctx context.Context, p string, oflag int) (fs.WriteF
 		return nil, s.errno(err)
 	}
 	n.wf, n.wfRefs = wf, 1
+	if s.opts.WriteBuffer > 0 {
+		n.wb = newWriteBuffer(wf, s.opts.WriteBuffer, s.opts.WriteBehind)
+	}
 	if oflag&(fs.OTrunc|fs.OCreate) != 0 {
 		n.mtime = time.Now()
 	}
@@ -134,8 +137,10 @@ func (n *node) releaseWrite() syscall.Errno {
 	n.wfRefs--
 	var wf fs.WriteFile
 	var closed chan struct{}
+	var wb *writeBuffer
 	if n.wfRefs == 0 {
 		wf, n.wf = n.wf, nil
+		wb, n.wb = n.wb, nil
 		n.mtime = time.Time{}
 		closed = make(chan struct{})
 		n.closing = closed
@@ -144,7 +149,16 @@ func (n *node) releaseWrite() syscall.Errno {
 	if wf == nil {
 		return 0
 	}
-	err := n.srv.bounded(wf.Close)
+	err := n.srv.bounded(func() error {
+		var werr error
+		if wb != nil {
+			werr = wb.flush()
+		}
+		if cerr := wf.Close(); werr == nil {
+			werr = cerr
+		}
+		return werr
+	})
 	n.mu.Lock()
 	if n.closing == closed {
 		n.closing = nil
@@ -224,8 +238,16 @@ func (h *readHandle) Release(context.Context) syscall.Errno {
 func (h *writeHandle) Read(_ context.Context, dest []byte, off int64) (gofuse.ReadResult, syscall.Errno) {
 	s := h.n.srv
 	s.stats.reads.Add(1)
+	h.n.mu.Lock()
+	wb := h.n.wb
+	h.n.mu.Unlock()
 	var n int
 	err := s.bounded(func() error {
+		if wb != nil {
+			if err := wb.flush(); err != nil {
+				return err
+			}
+		}
 		var err error
 		n, err = h.wf.ReadAt(dest, off)
 		if errors.Is(err, io.EOF) {
@@ -245,20 +267,40 @@ func (h *writeHandle) Write(_ context.Context, data []byte, off int64) (uint32, 
 	if !h.writable {
 		return 0, syscall.EBADF
 	}
-	var n int
+	h.n.mu.Lock()
+	wb := h.n.wb
+	h.n.mu.Unlock()
+	// The storage call may outlive a timeout, and go-fuse reuses data once
+	// this returns: the call works on its own copy.
+	buf := getReqBuf(len(data))
+	copy(buf, data)
 	err := s.bounded(func() error {
-		var err error
-		n, err = h.wf.WriteAt(data, off)
+		defer putReqBuf(buf)
+		if wb != nil {
+			return wb.write(buf, off)
+		}
+		_, err := h.wf.WriteAt(buf, off)
 		return err
 	})
 	s.stats.writes.Add(1)
-	s.stats.writeBytes.Add(int64(n))
 	h.n.touch()
 	if err != nil {
-		return uint32(n), s.errno(fmt.Errorf("write %s at %d: %w", h.wf.Name(), off, err))
+		return 0, s.errno(fmt.Errorf("write %s at %d: %w", h.wf.Name(), off, err))
 	}
-	return uint32(n), 0
+	s.stats.writeBytes.Add(int64(len(data)))
+	return uint32(len(data)), 0
 }
+
+var reqBufs sync.Pool // of *[]byte
+
+func getReqBuf(n int) []byte {
+	if p, ok := reqBufs.Get().(*[]byte); ok && cap(*p) >= n {
+		return (*p)[:n]
+	}
+	return make([]byte, n, max(n, 128<<10))
+}
+
+func putReqBuf(b []byte) { reqBufs.Put(&b) }
 
 // Flush runs on every close(2): what was written becomes visible to
 // other clients before close returns (close-to-open).
@@ -266,11 +308,24 @@ func (h *writeHandle) Flush(context.Context) syscall.Errno {
 	if !h.writable {
 		return 0
 	}
-	return h.n.srv.errno(h.n.srv.bounded(h.wf.Flush))
+	return h.n.srv.errno(h.n.srv.bounded(func() error { return h.store(h.wf.Flush) }))
 }
 
 func (h *writeHandle) Fsync(context.Context, uint32) syscall.Errno {
-	return h.n.srv.errno(h.n.srv.bounded(h.wf.Sync))
+	return h.n.srv.errno(h.n.srv.bounded(func() error { return h.store(h.wf.Sync) }))
+}
+
+// store stores the gathered writes, then runs publish (Flush or Sync).
+func (h *writeHandle) store(publish func() error) error {
+	h.n.mu.Lock()
+	wb := h.n.wb
+	h.n.mu.Unlock()
+	if wb != nil {
+		if err := wb.flush(); err != nil {
+			return err
+		}
+	}
+	return publish()
 }
 
 func (h *writeHandle) Release(context.Context) syscall.Errno {

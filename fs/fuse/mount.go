@@ -56,6 +56,14 @@ type Options struct {
 	// ReadAheadMemory bounds the memory of all read-ahead windows.
 	// Default 256 MiB.
 	ReadAheadMemory int64
+	// WriteBuffer is the write-behind window of a file open for writing:
+	// writes inside an aligned window of this size are gathered and stored
+	// as one write when the writer moves on (see writeBuffer). Default
+	// 4 MiB; negative disables write-behind.
+	WriteBuffer int
+	// WriteBehind is how many windows per file may be stored at once in
+	// the background. Default 4.
+	WriteBehind int
 	// Direct opens backend files with fs.OpenOptions.Direct (O_DIRECT on
 	// local files), so reads through the mount are cold. Default false.
 	Direct bool
@@ -90,6 +98,12 @@ func (o *Options) setDefaults() {
 	}
 	if o.ReadAheadBlock <= 0 {
 		o.ReadAheadBlock = 1 << 20
+	}
+	if o.WriteBuffer == 0 {
+		o.WriteBuffer = 4 << 20
+	}
+	if o.WriteBehind <= 0 {
+		o.WriteBehind = 4
 	}
 	if o.ReadAheadMemory <= 0 {
 		o.ReadAheadMemory = 256 << 20

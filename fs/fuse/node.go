@@ -29,6 +29,9 @@ type node struct {
 	// release (wfRefs counts them). Guarded by mu.
 	wf     fs.WriteFile
 	wfRefs int
+	// wb gathers the writes of wf (nil when write-behind is off). Set and
+	// cleared with wf; guarded by mu.
+	wb *writeBuffer
 	// closing is closed when the last write file released (and being
 	// closed) is closed: until then its write session holds the file, so
 	// a truncate or a new write open waits for it. Guarded by mu.
@@ -126,11 +129,7 @@ func (n *node) stat(ctx context.Context, fh gofs.FileHandle) (fs.FileInfo, sysca
 	p, errno := n.path()
 	if wf != nil || seq != nil {
 		st := fs.FileInfo{ModTime: mtime}
-		if wf != nil {
-			st.Size = wf.Size()
-		} else {
-			st.Size = seq.size()
-		}
+		st.Size, _ = n.openSize()
 		if st.ModTime.IsZero() {
 			// Not written through this mount yet: the storage's time.
 			st.ModTime = n.lastModTime()
@@ -228,9 +227,11 @@ func (n *node) Lookup(_ context.Context, name string, out *gofuse.EntryOut) (*go
 // sees it; ok is false when no write handle is open.
 func (n *node) openSize() (int64, bool) {
 	n.mu.Lock()
-	wf, seq := n.wf, n.seq
+	wf, wb, seq := n.wf, n.wb, n.seq
 	n.mu.Unlock()
 	switch {
+	case wf != nil && wb != nil:
+		return max(wf.Size(), wb.length()), true
 	case wf != nil:
 		return wf.Size(), true
 	case seq != nil:
@@ -262,11 +263,20 @@ func (n *node) Setattr(_ context.Context, fh gofs.FileHandle, in *gofuse.SetAttr
 func (n *node) truncate(ctx context.Context, size int64) syscall.Errno {
 	n.waitClosed(ctx)
 	n.mu.Lock()
-	wf, seq := n.wf, n.seq
+	wf, wb, seq := n.wf, n.wb, n.seq
 	n.mu.Unlock()
 	switch {
 	case wf != nil:
-		if err := n.srv.bounded(func() error { return wf.Truncate(size) }); err != nil {
+		err := n.srv.bounded(func() error {
+			if wb != nil {
+				if err := wb.flush(); err != nil {
+					return err
+				}
+				defer wb.truncated(size)
+			}
+			return wf.Truncate(size)
+		})
+		if err != nil {
 			return n.srv.errno(err)
 		}
 	case seq != nil:
