@@ -293,7 +293,7 @@ type run struct {
 	queue  chan *job // batches in order; closed when the producer ends
 	wg     sync.WaitGroup
 	err    error        // the producer's error, set before queue is closed
-	stage  atomic.Value // string: what the producer is doing
+	stage  atomic.Value // plannerStage: what the producer is doing
 	// pending is the job taken from the queue that Next waits for; only
 	// the consumer (Next, under no lock but one at a time) and stopLocked
 	// touch it.
@@ -303,7 +303,7 @@ type run struct {
 func (l *Loader) startRunLocked() {
 	ctx, cancel := context.WithCancel(context.Background())
 	r := &run{ctx: ctx, cancel: cancel, queue: make(chan *job, l.opts.Prefetch)}
-	r.stage.Store("starting")
+	r.stage.Store(plannerStage{what: "starting"})
 	from, end := l.pos, l.endEpoch
 	r.wg.Add(1)
 	go func() {
@@ -386,7 +386,7 @@ func (l *Loader) produce(r *run, from position, end int64) error {
 			if err := l.prepare(r, j); err != nil {
 				return err
 			}
-			r.stage.Store(fmt.Sprintf("waiting for the consumer: %d batches prefetched", l.opts.Prefetch))
+			r.stage.Store(plannerStage{what: "consumer"})
 			select {
 			case r.queue <- j:
 			case <-r.ctx.Done():
@@ -423,13 +423,12 @@ func (l *Loader) prepare(r *run, j *job) error {
 	if a, ok := l.arena.(allocSizer); ok {
 		take = a.AllocSize(size)
 	}
-	r.stage.Store(fmt.Sprintf("waiting for the memory budget: batch %d of epoch %d needs %d bytes; %d of %d bytes are held by %d batches not yet released",
-		j.b.Step, j.b.Epoch, take, l.budget.held.Load(), l.budget.limit, l.budget.count.Load()))
+	r.stage.Store(plannerStage{what: "budget", epoch: j.b.Epoch, step: j.b.Step, bytes: take})
 	w, err := l.budget.acquire(r.ctx, take)
 	if err != nil {
 		return err
 	}
-	r.stage.Store(fmt.Sprintf("waiting for a buffer from the arena (%d bytes)", size))
+	r.stage.Store(plannerStage{what: "arena", epoch: j.b.Epoch, step: j.b.Step, bytes: size})
 	buf, slot, err := l.arena.Alloc(r.ctx, size)
 	if err != nil {
 		l.budget.release(take, w)
@@ -792,12 +791,33 @@ func (l *Loader) await(ctx context.Context, r *run) (*job, error) {
 	}
 }
 
+// plannerStage is what the producer is doing, formatted only for a
+// watchdog report.
+type plannerStage struct {
+	what        string
+	epoch, step int64
+	bytes       int64
+}
+
+func (l *Loader) describe(s plannerStage) string {
+	switch s.what {
+	case "consumer":
+		return fmt.Sprintf("waiting for the consumer: %d batches prefetched", l.opts.Prefetch)
+	case "budget":
+		return fmt.Sprintf("waiting for the memory budget: batch %d of epoch %d needs %d bytes; %d of %d bytes are held by %d batches not yet released",
+			s.step, s.epoch, s.bytes, l.budget.held.Load(), l.budget.limit, l.budget.count.Load())
+	case "arena":
+		return fmt.Sprintf("waiting for a buffer of %d bytes from the arena for batch %d of epoch %d (batches not yet released hold its slots)", s.bytes, s.step, s.epoch)
+	}
+	return s.what
+}
+
 // stallReport says which stage holds up the next batch, and on which
 // files.
 func (l *Loader) stallReport(r *run, j *job, waited time.Duration) string {
 	if j == nil {
-		st, _ := r.stage.Load().(string)
-		return fmt.Sprintf("loader: watchdog: no batch for %v; the planner is %s", waited, st)
+		st, _ := r.stage.Load().(plannerStage)
+		return fmt.Sprintf("loader: watchdog: no batch for %v; the planner is %s", waited, l.describe(st))
 	}
 	st, _ := j.stage.Load().(string)
 	msg := fmt.Sprintf("loader: watchdog: no batch for %v; batch %d of epoch %d (%d samples) is %s for %v",
