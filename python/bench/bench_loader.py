@@ -22,6 +22,7 @@ engine's cost per batch (a request round trip with no I/O).
 import argparse
 import json
 import os
+import resource
 import shutil
 import subprocess
 import sys
@@ -59,18 +60,42 @@ def warm(path):
                 pass
 
 
+CPU = {}  # contender -> samples per CPU-second (all processes involved)
+
+
+def _children_cpu():
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime
+
+
+def _self_cpu():
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime
+
+
+def _proc_cpu(pid):
+    f = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+    return (int(f[11]) + int(f[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def go_loader(ffr, bs, epochs):
     from ffkit import _engine
 
+    c0 = _children_cpu()
     out = subprocess.run([_engine.binary_path(), "load", ffr, "--batch-size", str(bs), "--shuffle", "--seed", "1",
                           "--epochs", str(epochs), "--json"], check=True, capture_output=True, text=True).stdout
+    cpu = _children_cpu() - c0
     s = json.loads(out)
+    CPU["go-loader"] = max(CPU.get("go-loader", 0), s["delivered_samples"] / max(cpu, 1e-3))
     return s["delivered_samples"] / s["elapsed_s"]
 
 
 def py_loader(ffr, bs, epochs):
     import ffkit
+    from ffkit import _engine
 
+    helper = _engine.get().proc.pid
+    c0 = _self_cpu() + _proc_cpu(helper)
     t = time.perf_counter()
     L = ffkit.Loader(ffr, bs, shuffle=True, seed=1)
     n = 0
@@ -80,6 +105,8 @@ def py_loader(ffr, bs, epochs):
             n += len(s)
     dt = time.perf_counter() - t
     L.close()
+    cpu = _self_cpu() + _proc_cpu(helper) - c0
+    CPU["ffkit.Loader"] = max(CPU.get("ffkit.Loader", 0), n / max(cpu, 1e-3))
     return n / dt
 
 
@@ -173,9 +200,9 @@ def main():
     ap.add_argument("--samples", type=int, default=32768)
     ap.add_argument("--size", type=int, default=4096, help="bytes per sample")
     ap.add_argument("--batch-size", type=int, default=256)
-    ap.add_argument("--epochs", type=int, default=3)
+    ap.add_argument("--epochs", type=int, default=5)
     ap.add_argument("--workers", type=int, default=2, help="DataLoader workers of the PyTorch baselines")
-    ap.add_argument("--rounds", type=int, default=2, help="alternate the contenders this many times, keep the best")
+    ap.add_argument("--rounds", type=int, default=5, help="run every contender this many times, alternating")
     ap.add_argument("--dir", default=None, help="where to write the data (default: a temp dir, removed after)")
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args()
@@ -202,40 +229,57 @@ def main():
             runs["pytorch-files"] = lambda: pytorch_files(files, a.batch_size, a.epochs, a.workers)
             runs["hfai-torch"] = lambda: hfai_torch(ffr, a.batch_size, a.epochs, a.workers)
         best = {}
+        per_round = []  # each round's figures: the machine is shared, so
+        # ratios are taken within a round (paired) and their median reported
         for _ in range(a.rounds):
-            for name, fn in runs.items():
-                best[name] = max(best.get(name, 0.0), fn())
+            got = {name: fn() for name, fn in runs.items()}
+            per_round.append(got)
+            for name, v in got.items():
+                best[name] = max(best.get(name, 0.0), v)
         rt = roundtrip_us()
+        load = os.getloadavg()[0]
     finally:
         if a.dir is None:
             shutil.rmtree(d, ignore_errors=True)
 
+    import statistics
+
+    def paired(num, den):
+        return statistics.median(r[num] / r[den] for r in per_round)
+
     py = best["ffkit.Loader"]
     result = {
-        "samples": a.samples, "sample_bytes": a.size, "batch_size": a.batch_size, "epochs": a.epochs,
+        "load_average": load, "samples": a.samples, "sample_bytes": a.size, "batch_size": a.batch_size, "epochs": a.epochs,
         "samples_per_s": best,
+        "rounds": per_round,
         "ratios": {
-            "ffkit.Loader / go-loader": py / best["go-loader"],
-            "ffkit.Loader / hfai-read": py / best["hfai-read"],
+            "ffkit.Loader / go-loader": paired("ffkit.Loader", "go-loader"),
+            "ffkit.Loader / hfai-read": paired("ffkit.Loader", "hfai-read"),
+            "ffkit.Loader / go-loader (samples per CPU-second)": CPU["ffkit.Loader"] / CPU["go-loader"],
         },
+        "samples_per_cpu_s": dict(CPU),
         "engine_roundtrip_us": rt,
-        "engine_roundtrip_us_per_batch_share": rt / (a.batch_size * 1e6 / py) if py else None,
     }
     if have_torch:
-        result["ratios"]["ffkit.Loader / pytorch-files"] = py / best["pytorch-files"]
-        result["ratios"]["ffkit.torch / pytorch-files"] = best["ffkit.torch"] / best["pytorch-files"]
-        result["ratios"]["ffkit.Loader / hfai-torch"] = py / best["hfai-torch"]
+        result["ratios"]["ffkit.Loader / pytorch-files"] = paired("ffkit.Loader", "pytorch-files")
+        result["ratios"]["ffkit.torch / pytorch-files"] = paired("ffkit.torch", "pytorch-files")
+        result["ratios"]["ffkit.Loader / hfai-torch"] = paired("ffkit.Loader", "hfai-torch")
     if a.json:
         print(json.dumps(result, indent=2))
         return
     print(f"dataset: {a.samples} samples x {a.size} B, batch {a.batch_size}, {a.epochs} epochs, page cache warm, "
-          f"best of {a.rounds} rounds")
+          f"{a.rounds} rounds, load average {load:.1f} on {os.cpu_count()} CPUs")
+    print("best figure of the rounds:")
     for name, v in best.items():
-        print(f"  {name:14s} {v:12.0f} samples/s  {v * a.size / 2**20:9.1f} MiB/s  ({v / py:.2f}x ffkit.Loader)")
+        print(f"  {name:14s} {v:12.0f} samples/s  {v * a.size / 2**20:9.1f} MiB/s")
+    for name, v in CPU.items():
+        print(f"  {name:14s} {v:12.0f} samples per CPU-second (engine helper included)")
+    print("ratios: median over rounds of the ratio within each round")
     for k, v in result["ratios"].items():
-        print(f"  {k:32s} {v:.2f}")
+        print(f"  {k:52s} {v:.2f}")
     per_batch = a.batch_size / py * 1e6
-    print(f"  engine request round trip: {rt:.0f} us (a batch takes {per_batch:.0f} us at the Loader's rate)")
+    print(f"  engine cost per batch: the loader streams batches (no request per batch); a request round trip "
+          f"costs {rt:.0f} us, a batch takes {per_batch:.0f} us at the Loader's rate")
 
 
 if __name__ == "__main__":
