@@ -19,6 +19,8 @@ func BenchmarkJobProfile(b *testing.B) {
 			j.GroupBy, j.Aggs = []string{"category"}, "count(*), sum(key), mean(value), min(value), max(value)"
 		case "groupby2":
 			j.GroupBy, j.Aggs = []string{"user_id"}, "count(*), sum(key), mean(value)"
+		case "pruned":
+			j.Where, j.Columns = "day >= DATE '2020-12-01'", "key, day"
 		case "hash":
 			j.PartitionBy, j.Partitions, j.Output = "hash:key", 16, b.TempDir()+"/h"
 		default:

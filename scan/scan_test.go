@@ -48,3 +48,23 @@ func TestFilterProjectMatchesDuckDB(t *testing.T) {
 		})
 	}
 }
+
+// Nested, unsigned and time-zone columns pass through filters untouched.
+func TestOtherTypesPassThrough(t *testing.T) {
+	db := openDuck(t)
+	in := tmpPath(t, "nested.parquet")
+	mustExec(t, db, `COPY (SELECT i AS id, [i, i + 1] AS l, {'a': i, 'b': 'x' || i::VARCHAR} AS st,
+		(i * 3)::UINTEGER AS u32, (i * 5)::UBIGINT AS u64, (i %% 200)::UTINYINT AS u8,
+		TIMESTAMPTZ '2024-01-01 00:00:00+00' + to_seconds(i) AS tz, make_timestamp(i * 1000000)::TIMESTAMP_MS AS tsms,
+		'\xAA\xBB'::BLOB AS bin
+		FROM range(5000) t(i)) TO '%s' (FORMAT parquet, ROW_GROUP_SIZE 1000)`, in)
+	for _, where := range []string{"id % 7 = 3", "u32 > 9000 AND u8 < 100", "tz >= TIMESTAMP '2024-01-01 01:00:00'", "u64 BETWEEN 100 AND 20000"} {
+		out := tmpPath(t, "o.parquet")
+		if _, err := Run(bg, Job{Inputs: []string{in}, Where: where, Output: out}); err != nil {
+			t.Fatalf("%s: %v", where, err)
+		}
+		q := fmt.Sprintf("SELECT * FROM read_parquet(%s) WHERE %s", sqlString(in), where)
+		sameAsDuck(t, db, out, q)
+		sameTypes(t, db, out, q)
+	}
+}
