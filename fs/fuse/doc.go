@@ -34,6 +34,11 @@
 //     Options.ReadAhead bytes, fetched as Options.ReadAheadBlock-sized
 //     reads in parallel, so a single-threaded reader is served from memory
 //     while the storage works on the next blocks.
+//   - Writes are gathered per open file into aligned 4 MiB windows
+//     (Options.WriteBuffer) and stored in the background, a few at once
+//     (Options.WriteBehind), in order; everything is stored before close,
+//     fsync, truncate, a read through the handle or release returns, and a
+//     failed background write is reported by the next write, close or fsync.
 //
 // Failure: every backend call runs under a deadline (Options.Timeout), so a
 // mount whose storage disappeared returns errors (ETIMEDOUT, EIO) and never
