@@ -196,3 +196,46 @@ assert t.column_names == ["id", "name", "ts", "dec"], t.column_names`, arrowOut,
 		t.Fatalf("want several shards at a 4 KiB target, got %v", shards)
 	}
 }
+
+// A sink's buffered row groups respect the byte cap shuffle producers use.
+func TestSinkRowGroupByteCap(t *testing.T) {
+	db := openDuck(t)
+	in := tmpPath(t, "in.parquet")
+	mustExec(t, db, "COPY (SELECT random() AS a, random() AS b FROM range(300000)) TO '%s' (FORMAT parquet, ROW_GROUP_SIZE 300000)", in)
+	pf, err := OpenFile(bg, in, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pf.Close()
+	dir := t.TempDir()
+	s, err := newSink(bg, sinkOptions{format: FormatParquet, dir: dir, base: "capped", schema: pf.Schema, rowGroupBytes: 512 << 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for rg := 0; rg < pf.NumRowGroups(); rg++ {
+		rec, err := pf.ReadRowGroup(bg, rg, []int{0, 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for off := int64(0); off < rec.NumRows(); off += 10000 {
+			part := rec.NewSlice(off, min(off+10000, rec.NumRows()))
+			if err := s.Write(part); err != nil {
+				t.Fatal(err)
+			}
+			part.Release()
+		}
+		rec.Release()
+	}
+	if _, _, err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	out, err := OpenFile(bg, filepath.Join(dir, "capped.parquet"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer out.Close()
+	// 300k rows x 16 bytes = 4.8 MB: a 512 KiB cap makes ~9 row groups
+	if out.NumRowGroups() < 5 || out.Rows != 300000 {
+		t.Fatalf("%d row groups, %d rows", out.NumRowGroups(), out.Rows)
+	}
+}

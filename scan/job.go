@@ -1096,6 +1096,7 @@ func (r *runner) producerTask(units []unit, keyPos []int, side string, k, n, par
 							kv = map[string]string{KeyFingerprint: r.fp, KeyPartition: strconv.Itoa(p)}
 						}
 						opts := r.sinkOpts(stage, base, arrow.NewSchema(pc.Schema().Fields(), nil), kv)
+						opts.rowGroupBytes = max(4<<20, DefaultRowGroupBytes/int64(n))
 						if !project {
 							opts.format = FormatParquet
 						}

@@ -69,6 +69,10 @@ type sinkOptions struct {
 	schema       *arrow.Schema
 	kv           map[string]string
 	rowGroupRows int64
+	// rowGroupBytes caps a buffered row group's encoded size (default
+	// DefaultRowGroupBytes); shuffle producers, which hold one open writer
+	// per partition, pass a share of it so their memory stays bounded.
+	rowGroupBytes int64
 	sampleColumn string
 	shardSize    int64
 }
@@ -86,7 +90,10 @@ func newSink(ctx context.Context, o sinkOptions) (sink, error) {
 	if err != nil {
 		return nil, fmt.Errorf("scan: create %s: %w", name, err)
 	}
-	fw := &fileSink{w: w, base: path.Base(inner), schema: o.schema}
+	fw := &fileSink{w: w, base: path.Base(inner), schema: o.schema, maxRG: o.rowGroupBytes}
+	if fw.maxRG <= 0 {
+		fw.maxRG = DefaultRowGroupBytes
+	}
 	switch o.format {
 	case FormatParquet:
 		err = fw.openParquet(o)
@@ -119,6 +126,10 @@ type fileSink struct {
 	csv    *csv.Writer
 	ipc    *ipc.FileWriter
 	jsonl  bool
+	maxRG  int64 // row-group byte cap
+	// rgBytes, rgRows: Arrow bytes and rows in the buffered row group
+	rgBytes int64
+	rgRows  int
 	schema *arrow.Schema
 	rows   int64
 	// wrote: csv writes its header with the first batch; an empty csv still
@@ -178,7 +189,16 @@ func (s *fileSink) Write(rec arrow.RecordBatch) error {
 		if err := s.pq.WriteBuffered(rec); err != nil {
 			return fmt.Errorf("scan: write %s: %w", s.base, err)
 		}
-		if s.pq.RowGroupTotalBytesWritten() > DefaultRowGroupBytes {
+		// the writer buffers a whole row group in memory: bound it by bytes
+		// as well as rows (the writer's encoded-size counters only move when
+		// pages flush, so count the Arrow bytes going in)
+		if n, _ := s.pq.RowGroupNumRows(); n < s.rgRows {
+			s.rgBytes = 0 // the writer started a row group at the row limit
+		}
+		s.rgBytes += recordBytes(rec)
+		s.rgRows, _ = s.pq.RowGroupNumRows()
+		if s.rgBytes > s.maxRG {
+			s.rgBytes, s.rgRows = 0, 0
 			return s.pq.NewBufferedRowGroupChecked()
 		}
 	case s.csv != nil:
@@ -322,4 +342,30 @@ func fieldNames(sc *arrow.Schema) string {
 		s += f.Name
 	}
 	return s
+}
+
+// recordBytes estimates the in-memory size of a batch's values (for
+// slices, only the rows in the slice).
+func recordBytes(rec arrow.RecordBatch) int64 {
+	var n int64
+	rows := rec.NumRows()
+	for _, c := range rec.Columns() {
+		switch a := c.(type) {
+		case *array.String:
+			n += int64(a.ValueOffset(a.Len())-a.ValueOffset(0)) + 4*rows
+		case *array.Binary:
+			n += int64(a.ValueOffset(a.Len())-a.ValueOffset(0)) + 4*rows
+		case *array.LargeString:
+			n += a.ValueOffset(a.Len()) - a.ValueOffset(0) + 8*rows
+		case *array.LargeBinary:
+			n += a.ValueOffset64(a.Len()) - a.ValueOffset64(0) + 8*rows
+		default:
+			if fw, ok := c.DataType().(arrow.FixedWidthDataType); ok {
+				n += int64(fw.BitWidth()+7) / 8 * rows
+			} else {
+				n += int64(c.Data().SizeInBytes())
+			}
+		}
+	}
+	return n
 }
