@@ -10,6 +10,7 @@ import (
 	"os"
 	"path"
 	"strings"
+	"sync"
 
 	"github.com/ffkit/ffkit/fs"
 	"github.com/ffkit/ffkit/internal/errkind"
@@ -29,10 +30,12 @@ type Writer struct {
 	wa      io.WriterAt // w's positional writes, when it has them
 	spool   *os.File    // samples spooled here when w cannot write at an offset
 	spoolW  *bufio.Writer
+	mu      sync.Mutex // guards crcs: Reserve's done callbacks run on other goroutines
 	crcs    []uint32
 	lengths []int64
 	err     error // first error, sticky
 	done    bool
+	filling sync.WaitGroup // reservations whose done has not been called
 }
 
 // Create starts a file of n samples at path (a local path or a URL),
@@ -164,8 +167,7 @@ func (w *Writer) WriteFrom(r io.Reader, size int64) error {
 		w.err = fmt.Errorf("ffrecord: %s: write sample %d: %w", w.path, len(w.crcs), err)
 		return w.err
 	}
-	w.crcs = append(w.crcs, h.Sum32())
-	w.lengths = append(w.lengths, size)
+	w.appendSample(h.Sum32(), size)
 	return nil
 }
 
@@ -199,9 +201,73 @@ func (w *Writer) WriteFromAt(r io.ReaderAt, off, size int64) error {
 		w.err = fmt.Errorf("ffrecord: %s: write sample %d: %w", w.path, len(w.crcs), err)
 		return w.err
 	}
-	w.crcs = append(w.crcs, h.Sum32())
-	w.lengths = append(w.lengths, size)
+	w.appendSample(h.Sum32(), size)
 	return nil
+}
+
+func (w *Writer) appendSample(crc uint32, size int64) {
+	w.mu.Lock()
+	w.crcs = append(w.crcs, crc)
+	w.mu.Unlock()
+	w.lengths = append(w.lengths, size)
+}
+
+// reserver is an optional fs.Writer capability: hand out the next bytes of
+// the file for other goroutines to fill (localfs has it).
+type reserver interface {
+	Reserve(n int64) ([][]byte, func(), error)
+}
+
+// ErrNoReserve: the output's file system cannot hand out space to fill.
+var ErrNoReserve = errkind.New(errkind.Usage, "ffrecord: this output does not support Reserve")
+
+// CanReserve reports whether Reserve works for this file.
+func (w *Writer) CanReserve() bool {
+	_, ok := w.w.(reserver)
+	return ok && w.spool == nil
+}
+
+// Reserve appends the next sample, of size bytes, before its bytes are
+// known: the caller fills bufs (in order, they are the sample) from any
+// goroutine and then calls done once with the sample's CRC-32 (Checksum of
+// the bytes). Samples land in reservation order whatever the order of the
+// done calls, so many sources can be read at once straight into place.
+// Close waits for every done. Reserve itself belongs to the Writer's
+// goroutine and may block while too much is staged: call done without
+// waiting for a later Reserve.
+func (w *Writer) Reserve(size int64) (bufs [][]byte, done func(crc uint32), err error) {
+	if err := w.check(); err != nil {
+		return nil, nil, err
+	}
+	r, ok := w.w.(reserver)
+	if !ok || w.spool != nil {
+		return nil, nil, ErrNoReserve
+	}
+	if size < 0 {
+		w.err = fmt.Errorf("%w: %s: sample %d: negative size %d", ErrIndex, w.path, len(w.lengths), size)
+		return nil, nil, w.err
+	}
+	bufs, release, err := r.Reserve(size)
+	if err != nil {
+		w.err = fmt.Errorf("ffrecord: %s: sample %d: %w", w.path, len(w.lengths), err)
+		return nil, nil, w.err
+	}
+	w.mu.Lock()
+	i := len(w.crcs)
+	w.crcs = append(w.crcs, 0)
+	w.mu.Unlock()
+	w.lengths = append(w.lengths, size)
+	w.filling.Add(1)
+	var once sync.Once
+	return bufs, func(crc uint32) {
+		once.Do(func() {
+			w.mu.Lock()
+			w.crcs[i] = crc
+			w.mu.Unlock()
+			release()
+			w.filling.Done()
+		})
+	}, nil
 }
 
 func (w *Writer) check() error {
@@ -211,8 +277,8 @@ func (w *Writer) check() error {
 	if w.done {
 		return fmt.Errorf("ffrecord: %s: write after Close or Abort", w.path)
 	}
-	if int64(len(w.crcs)) >= w.n {
-		w.err = fmt.Errorf("%w: %s: sample %d is more than the %d samples the file was created for", ErrIndex, w.path, len(w.crcs), w.n)
+	if int64(len(w.lengths)) >= w.n {
+		w.err = fmt.Errorf("%w: %s: sample %d is more than the %d samples the file was created for", ErrIndex, w.path, len(w.lengths), w.n)
 		return w.err
 	}
 	return nil
@@ -232,13 +298,12 @@ func (w *Writer) writeOne(b []byte, crc uint32) error {
 		w.err = fmt.Errorf("ffrecord: %s: write sample %d: %w", w.path, len(w.crcs), err)
 		return w.err
 	}
-	w.crcs = append(w.crcs, crc)
-	w.lengths = append(w.lengths, int64(len(b)))
+	w.appendSample(crc, int64(len(b)))
 	return nil
 }
 
 // Written is the number of samples written so far.
-func (w *Writer) Written() int64 { return int64(len(w.crcs)) }
+func (w *Writer) Written() int64 { return int64(len(w.lengths)) }
 
 // Close writes the header and publishes the file. It fails, publishing
 // nothing, unless exactly n samples were written.
@@ -246,6 +311,7 @@ func (w *Writer) Close() error {
 	if w.done {
 		return w.err
 	}
+	w.filling.Wait()
 	if w.err == nil && int64(len(w.crcs)) != w.n {
 		w.err = fmt.Errorf("%w: %s: created for %d samples, got %d; nothing was written", ErrIndex, w.path, w.n, len(w.crcs))
 	}
@@ -490,6 +556,21 @@ func (w *ShardedWriter) WriteFromAt(r io.ReaderAt, off, size int64) error {
 	return w.streamOne(size, func(cw *Writer) error { return cw.WriteFromAt(r, off, size) })
 }
 
+// Reserve appends the next sample before its bytes are known (see
+// Writer.Reserve). It needs ShardOptions.Sizes and an output that supports
+// it (local files); a shard is published once all its samples are done.
+func (w *ShardedWriter) Reserve(size int64) (bufs [][]byte, done func(crc uint32), err error) {
+	if w.plan == nil {
+		return nil, nil, fmt.Errorf("%w: the sharded writer needs Sizes to reserve", ErrNoReserve)
+	}
+	err = w.streamOne(size, func(cw *Writer) error {
+		var e error
+		bufs, done, e = cw.Reserve(size)
+		return e
+	})
+	return bufs, done, err
+}
+
 func (w *ShardedWriter) writeStreaming(b []byte, crc uint32) error {
 	return w.streamOne(int64(len(b)), func(cw *Writer) error { return cw.writeOne(b, crc) })
 }
@@ -505,6 +586,14 @@ func (w *ShardedWriter) streamOne(size int64, write func(*Writer) error) error {
 	if size != w.opts.Sizes[i] {
 		return w.fail(fmt.Errorf("%w: %s: sample %d has %d bytes, its size was given as %d", ErrIndex, w.display, i, size, w.opts.Sizes[i]))
 	}
+	// A full shard is closed when the next sample arrives (or at Close),
+	// not right after its last sample: with Reserve that sample is still
+	// being filled by the caller when Reserve returns.
+	if w.cur != nil && w.cur.Written() == w.cur.n {
+		if err := w.commitCur(); err != nil {
+			return err
+		}
+	}
 	if w.cur == nil {
 		shard := len(w.pending)
 		cw, err := w.startShard(shard, w.plan[shard])
@@ -517,11 +606,6 @@ func (w *ShardedWriter) streamOne(size int64, write func(*Writer) error) error {
 		return w.fail(err)
 	}
 	w.count++
-	if w.cur.Written() == w.cur.n {
-		if err := w.commitCur(); err != nil {
-			return err
-		}
-	}
 	return nil
 }
 
@@ -600,6 +684,9 @@ func (w *ShardedWriter) Close() ([]string, error) {
 				w.flush()
 			}
 		}
+	}
+	if w.err == nil && w.cur != nil {
+		w.commitCur() // the last streamed shard
 	}
 	if w.err == nil && w.plan != nil && len(w.plan) == 0 {
 		cw, err := w.startShard(0, 0)

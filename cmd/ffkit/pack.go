@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"hash/crc32"
 	"io"
 	iofs "io/fs"
 	"os"
@@ -27,6 +28,7 @@ import (
 	"github.com/ffkit/ffkit/bench"
 	"github.com/ffkit/ffkit/ffrecord"
 	"github.com/ffkit/ffkit/fs"
+	"github.com/ffkit/ffkit/fs/localfs"
 	"github.com/ffkit/ffkit/internal/errkind"
 )
 
@@ -168,6 +170,7 @@ func runPack(ctx context.Context, src string, f packFlags, shardSizeSet bool) er
 	var res packResult
 	res.Format = format
 	var sink func(r io.ReaderAt, off, size int64) error
+	var reserve func(size int64) ([][]byte, func(uint32), error) // nil: sequential copies
 	var finish func() ([]string, error)
 	var abort func()
 	if single {
@@ -181,6 +184,9 @@ func runPack(ctx context.Context, src string, f packFlags, shardSizeSet bool) er
 			return err
 		}
 		sink = w.WriteFromAt
+		if w.CanReserve() {
+			reserve = w.Reserve
+		}
 		finish = func() ([]string, error) { return []string{f.out}, w.Close() }
 		abort = w.Abort
 	} else {
@@ -193,18 +199,27 @@ func runPack(ctx context.Context, src string, f packFlags, shardSizeSet bool) er
 			return err
 		}
 		sink = w.WriteFromAt
+		if !fs.IsURL(f.out) { // local shards stage writes in memory
+			reserve = w.Reserve
+		}
 		finish = w.Close
 		abort = w.Abort
 	}
 
 	bar := newProgress(total, "pack")
-	if err := packStream(ctx, samples, f.workers, func(r io.ReaderAt, off, size int64) error {
-		if err := sink(r, off, size); err != nil {
-			return err
-		}
-		bar.Add64(size)
-		return nil
-	}); err != nil {
+	var perr error
+	if reserve != nil {
+		perr = packParallel(ctx, samples, f.workers, reserve, func(n int64) { bar.Add64(n) })
+	} else {
+		perr = packStream(ctx, samples, f.workers, func(r io.ReaderAt, off, size int64) error {
+			if err := sink(r, off, size); err != nil {
+				return err
+			}
+			bar.Add64(size)
+			return nil
+		})
+	}
+	if err := perr; err != nil {
 		abort()
 		return err
 	}
@@ -478,6 +493,81 @@ func packStream(ctx context.Context, samples []packSample, workers int, sink fun
 		mu.Unlock()
 	}
 	return nil
+}
+
+// packParallel reads up to workers sources at once, each straight into its
+// place in the output: the writer hands out each sample's space in order
+// (reserve), a worker reads the source into it, checksums it and marks it
+// done. This is the path for local outputs; memory is bounded by the
+// writer's staging.
+func packParallel(ctx context.Context, samples []packSample, workers int,
+	reserve func(int64) ([][]byte, func(uint32), error), progress func(int64)) error {
+	type job struct {
+		s    packSample
+		bufs [][]byte
+		done func(uint32)
+	}
+	files := newPackFileCache()
+	defer files.close()
+	jobs := make(chan job, 4*workers)
+	g, gctx := errgroup.WithContext(ctx)
+	for range workers {
+		g.Go(func() error {
+			var failed error
+			for j := range jobs {
+				// Every reservation is marked done, even after a failure,
+				// so the writer never waits for it; the pack is aborted then.
+				if failed != nil || gctx.Err() != nil {
+					j.done(0)
+					continue
+				}
+				crc, err := files.fill(j.s, j.bufs)
+				j.done(crc)
+				if err != nil {
+					failed = err
+					continue
+				}
+				progress(j.s.size)
+			}
+			return failed
+		})
+	}
+	var rerr error
+	for _, s := range samples {
+		if gctx.Err() != nil {
+			break
+		}
+		bufs, done, err := reserve(s.size)
+		if err != nil {
+			rerr = err
+			break
+		}
+		jobs <- job{s, bufs, done}
+	}
+	close(jobs)
+	if err := g.Wait(); err != nil {
+		return err
+	}
+	if rerr != nil {
+		return rerr
+	}
+	return ctx.Err()
+}
+
+// fill reads a sample's bytes into bufs and returns their CRC-32, checking
+// that the source still has exactly that many bytes.
+func (c *packFileCache) fill(s packSample, bufs [][]byte) (uint32, error) {
+	var crc uint32
+	err := c.feed(s, func(r io.ReaderAt, off, size int64) error {
+		if err := localfs.ReadAtInto(r, off, bufs, 1); err != nil {
+			return fmt.Errorf("pack: read %s: %w", s.name, err)
+		}
+		for _, b := range bufs {
+			crc = crc32.Update(crc, crc32.IEEETable, b)
+		}
+		return nil
+	})
+	return crc, err
 }
 
 // packFileCache keeps shared source files (an archive, a JSON Lines file)

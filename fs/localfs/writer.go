@@ -25,28 +25,43 @@ import (
 // time, trimmed at Commit): on ext4 and xfs a direct write into reserved
 // space does not extend the file, so the writes in flight do not serialise
 // on the inode lock, and the file's blocks stay contiguous.
+//
+// Reserve hands out the next bytes of the file as slices of the staged
+// chunks, for other goroutines to fill (pack reads many sources at once
+// straight into their places); a chunk is written once it is full and every
+// reservation in it has been released. At most maxLive chunks are staged.
 const (
 	writeChunk = 4 << 20
 	writeDepth = 4
 	allocStep  = 64 << 20
+	maxLive    = 16
 )
 
 var chunkPool = sync.Pool{New: func() any { b := AlignedBuffer(writeChunk); return &b }}
+
+// wchunk is one staged chunk.
+type wchunk struct {
+	buf     *[]byte
+	off     int64 // file offset of buf[0]
+	used    int   // bytes handed out; only the owner goroutine grows it
+	pending int   // reservations not yet released; guarded by writer.mu
+}
 
 type writer struct {
 	f    *os.File // buffered descriptor
 	df   *os.File // O_DIRECT descriptor, nil where unsupported or not yet needed
 	name string
 
-	cur    *[]byte // the chunk being filled
-	curLen int
-	curOff int64 // file offset of cur[0]
+	mu      sync.Mutex // guards the fields below up to err
+	cond    *sync.Cond // on mu: a chunk was written back, or a reservation released
+	cur     *wchunk    // the chunk being filled, nil between chunks
+	nextOff int64      // file offset of the next chunk to start
+	live    int        // chunks staged and not yet written back
+	held    int        // reservations not yet released
+	err     error      // first error, sticky
 
 	sem chan struct{}  // one token per write in flight
-	wg  sync.WaitGroup // writes in flight
-
-	mu  sync.Mutex // guards err, set by write goroutines
-	err error      // first error, sticky
+	wg  sync.WaitGroup // chunk writes started and not finished
 
 	committed bool
 	triedDir  bool
@@ -54,14 +69,21 @@ type writer struct {
 }
 
 func newWriter(f *os.File, name string) *writer {
-	return &writer{f: f, name: name, sem: make(chan struct{}, writeDepth)}
+	w := &writer{f: f, name: name, sem: make(chan struct{}, writeDepth)}
+	w.cond = sync.NewCond(&w.mu)
+	return w
 }
 
 func (w *writer) setErr(err error) error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	return w.setErrLocked(err)
+}
+
+func (w *writer) setErrLocked(err error) error {
 	if w.err == nil && err != nil {
 		w.err = wrapSpace(fmt.Errorf("write %s: %w", w.name, err))
+		w.cond.Broadcast()
 	}
 	return w.err
 }
@@ -72,55 +94,184 @@ func (w *writer) failed() error {
 	return w.err
 }
 
+// size is the number of bytes handed out so far.
+func (w *writer) sizeLocked() int64 {
+	if w.cur != nil {
+		return w.cur.off + int64(w.cur.used)
+	}
+	return w.nextOff
+}
+
+// piece is part of a reservation: a slice of one chunk.
+type piece struct {
+	c   *wchunk
+	buf []byte
+}
+
+// take hands out the next n bytes (n > 0) as pieces of chunks, each piece
+// counted as pending in its chunk until release. Only the owner goroutine
+// calls it.
+func (w *writer) take(n int64) ([]piece, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	var out []piece
+	for n > 0 {
+		if w.err != nil {
+			w.releaseLocked(out)
+			return nil, w.err
+		}
+		if w.cur == nil {
+			for w.live >= maxLive && w.err == nil {
+				w.cond.Wait()
+			}
+			if w.err != nil {
+				continue
+			}
+			w.cur = &wchunk{buf: chunkPool.Get().(*[]byte), off: w.nextOff}
+			w.nextOff += writeChunk
+			w.live++
+		}
+		c := w.cur
+		k := min(n, int64(writeChunk-c.used))
+		out = append(out, piece{c, (*c.buf)[c.used : int64(c.used)+k]})
+		c.used += int(k)
+		c.pending++
+		w.held++
+		n -= k
+		if c.used == writeChunk {
+			w.cur = nil // full: written once its reservations are released
+		}
+	}
+	return out, nil
+}
+
+// release returns pieces; a full chunk with nothing pending is written.
+func (w *writer) release(ps []piece) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.releaseLocked(ps)
+}
+
+func (w *writer) releaseLocked(ps []piece) {
+	for _, p := range ps {
+		p.c.pending--
+		w.held--
+		if p.c.pending == 0 && p.c.used == writeChunk {
+			w.submitLocked(p.c)
+		}
+	}
+	w.cond.Broadcast()
+}
+
+// submitLocked starts the write of a full chunk; it never blocks.
+func (w *writer) submitLocked(c *wchunk) {
+	if !w.triedDir {
+		w.triedDir = true
+		if df, err := os.OpenFile(w.f.Name(), os.O_WRONLY|unix.O_DIRECT, 0); err == nil {
+			w.df = df
+		}
+	}
+	if w.allocEnd >= 0 && c.off+writeChunk > w.allocEnd {
+		end := max(w.allocEnd, c.off) + allocStep
+		if err := unix.Fallocate(int(w.f.Fd()), 0, w.allocEnd, end-w.allocEnd); err != nil {
+			w.allocEnd = -1 // not supported here: write without reserving
+		} else {
+			w.allocEnd = end
+		}
+	}
+	dst := w.df
+	if dst == nil {
+		dst = w.f
+	}
+	w.wg.Add(1)
+	go func() {
+		w.sem <- struct{}{}
+		_, err := dst.WriteAt(*c.buf, c.off)
+		<-w.sem
+		chunkPool.Put(c.buf)
+		w.mu.Lock()
+		w.live--
+		w.setErrLocked(err)
+		w.cond.Broadcast()
+		w.mu.Unlock()
+		w.wg.Done()
+	}()
+}
+
+// Reserve hands out the next n bytes of the file as one or more slices to
+// fill, from any goroutine; call release (once) when they are filled. The
+// bytes land in the file in reservation order whatever the order of the
+// releases. Reserve blocks while too many chunks are staged, so release
+// each reservation without waiting for a later Reserve to return.
+func (w *writer) Reserve(n int64) (bufs [][]byte, release func(), err error) {
+	if n <= 0 {
+		return nil, func() {}, w.failed()
+	}
+	ps, err := w.take(n)
+	if err != nil {
+		return nil, nil, err
+	}
+	bufs = make([][]byte, len(ps))
+	for i, p := range ps {
+		bufs[i] = p.buf
+	}
+	var once sync.Once
+	return bufs, func() { once.Do(func() { w.release(ps) }) }, nil
+}
+
 func (w *writer) Write(p []byte) (int, error) {
-	if err := w.failed(); err != nil {
+	if len(p) == 0 {
+		return 0, w.failed()
+	}
+	ps, err := w.take(int64(len(p)))
+	if err != nil {
 		return 0, err
 	}
 	n := 0
-	for len(p) > 0 {
-		if w.cur == nil {
-			w.cur = chunkPool.Get().(*[]byte)
-			w.curLen = 0
-		}
-		c := copy((*w.cur)[w.curLen:], p)
-		w.curLen += c
-		n += c
-		p = p[c:]
-		if w.curLen == writeChunk {
-			if err := w.submit(); err != nil {
-				return n, err
-			}
-		}
+	for _, pc := range ps {
+		n += copy(pc.buf, p[n:])
 	}
-	return n, nil
+	w.release(ps)
+	return n, w.failed()
 }
 
 // ReadFrom writes what r yields until io.EOF, reading straight into the
 // staged chunks (one copy instead of two). A read error fails the writer:
 // part of r's bytes are already written.
 func (w *writer) ReadFrom(r io.Reader) (int64, error) {
-	if err := w.failed(); err != nil {
-		return 0, err
-	}
 	var total int64
 	for {
-		if w.cur == nil {
-			w.cur = chunkPool.Get().(*[]byte)
-			w.curLen = 0
+		// Reserve what is left of the current chunk (a whole one if none),
+		// read into it, and give back what the read did not fill. Only
+		// this goroutine hands out bytes, so the unfilled tail is still
+		// the last thing handed out.
+		w.mu.Lock()
+		room := int64(writeChunk)
+		if w.cur != nil {
+			room = int64(writeChunk - w.cur.used)
 		}
-		n, err := r.Read((*w.cur)[w.curLen:])
-		w.curLen += n
-		total += int64(n)
-		if w.curLen == writeChunk {
-			if serr := w.submit(); serr != nil {
-				return total, serr
-			}
-		}
-		if err == io.EOF {
-			return total, nil
-		}
+		w.mu.Unlock()
+		ps, err := w.take(room)
 		if err != nil {
-			return total, w.setErr(fmt.Errorf("reading the source: %w", err))
+			return total, err
+		}
+		c, buf := ps[0].c, ps[0].buf
+		n, rerr := io.ReadFull(r, buf)
+		total += int64(n)
+		if n < len(buf) {
+			w.mu.Lock()
+			c.used -= len(buf) - n
+			if w.cur == nil && c.used < writeChunk {
+				w.cur = c // it is not full after all
+			}
+			w.mu.Unlock()
+		}
+		w.release(ps)
+		switch {
+		case rerr == io.EOF || rerr == io.ErrUnexpectedEOF:
+			return total, w.failed()
+		case rerr != nil:
+			return total, w.setErr(fmt.Errorf("reading the source: %w", rerr))
 		}
 	}
 }
@@ -133,95 +284,82 @@ const copyPiece = 256 << 10
 // 256 KiB), and hands them, in order, to tee (a checksum) unless it is nil.
 // A short or failed read fails the writer.
 func (w *writer) CopyFromAt(r io.ReaderAt, off, n int64, tee io.Writer, par int) (int64, error) {
-	if err := w.failed(); err != nil {
+	if n <= 0 {
+		return 0, w.failed()
+	}
+	bufs, release, err := w.Reserve(n)
+	if err != nil {
 		return 0, err
 	}
-	par = max(par, 1)
-	var done int64
-	for done < n {
-		if w.cur == nil {
-			w.cur = chunkPool.Get().(*[]byte)
-			w.curLen = 0
-		}
-		span := min(n-done, int64(writeChunk-w.curLen))
-		dst := (*w.cur)[w.curLen : int64(w.curLen)+span]
-		pieces := max(1, min(int64(par), span/copyPiece))
-		size := (span + pieces - 1) / pieces
-		var wg sync.WaitGroup
-		errs := make([]error, pieces)
-		for k := range pieces {
-			a, b := k*size, min((k+1)*size, span)
-			read := func() {
-				got, err := r.ReadAt(dst[a:b], off+done+a)
-				if got == int(b-a) {
-					return
-				}
-				if err == nil || err == io.EOF {
-					err = io.ErrUnexpectedEOF
-				}
-				errs[k] = err
-			}
-			if pieces == 1 {
-				read()
-				continue
-			}
-			wg.Add(1)
-			go func() { defer wg.Done(); read() }()
-		}
-		wg.Wait()
-		for _, err := range errs {
-			if err != nil {
-				return done, w.setErr(fmt.Errorf("reading the source: %w", err))
-			}
-		}
-		if tee != nil {
-			tee.Write(dst)
-		}
-		w.curLen += int(span)
-		done += span
-		if w.curLen == writeChunk {
-			if err := w.submit(); err != nil {
-				return done, err
-			}
+	defer release()
+	if err := ReadAtInto(r, off, bufs, par); err != nil {
+		return 0, w.setErr(fmt.Errorf("reading the source: %w", err))
+	}
+	if tee != nil {
+		for _, b := range bufs {
+			tee.Write(b)
 		}
 	}
-	return done, nil
+	return n, nil
 }
 
-// submit hands the full chunk to a background write.
-func (w *writer) submit() error {
-	if !w.triedDir {
-		w.triedDir = true
-		if df, err := os.OpenFile(w.f.Name(), os.O_WRONLY|unix.O_DIRECT, 0); err == nil {
-			w.df = df
-		}
+// ReadAtInto fills bufs, in order, with the bytes of r from off on, with up
+// to par reads in flight (pieces of at least 256 KiB). A short read is
+// io.ErrUnexpectedEOF.
+func ReadAtInto(r io.ReaderAt, off int64, bufs [][]byte, par int) error {
+	type job struct {
+		b   []byte
+		off int64
 	}
-	buf, off := w.cur, w.curOff
-	w.cur, w.curOff, w.curLen = nil, w.curOff+writeChunk, 0
-	if w.allocEnd >= 0 && off+writeChunk > w.allocEnd {
-		if err := unix.Fallocate(int(w.f.Fd()), 0, w.allocEnd, allocStep); err != nil {
-			w.allocEnd = -1 // not supported here: write without reserving
-		} else {
-			w.allocEnd += allocStep
+	var jobs []job
+	pos := off
+	for _, b := range bufs {
+		pieces := max(1, min(int64(max(par, 1)), int64(len(b))/copyPiece))
+		size := (int64(len(b)) + pieces - 1) / pieces
+		for a := int64(0); a < int64(len(b)); a += size {
+			e := min(a+size, int64(len(b)))
+			jobs = append(jobs, job{b[a:e], pos + a})
 		}
+		pos += int64(len(b))
 	}
-	w.sem <- struct{}{}
-	w.wg.Add(1)
-	go func() {
-		defer func() { <-w.sem; w.wg.Done(); chunkPool.Put(buf) }()
-		dst := w.df
-		if dst == nil {
-			dst = w.f
+	read := func(j job) error {
+		got, err := r.ReadAt(j.b, j.off)
+		if got == len(j.b) {
+			return nil
 		}
-		if _, err := dst.WriteAt(*buf, off); err != nil {
-			w.setErr(err)
+		if err == nil || err == io.EOF {
+			err = io.ErrUnexpectedEOF
 		}
-	}()
-	return w.failed()
+		return err
+	}
+	if len(jobs) == 1 || par <= 1 {
+		for _, j := range jobs {
+			if err := read(j); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	errs := make([]error, len(jobs))
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, par)
+	for i, j := range jobs {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() { defer wg.Done(); errs[i] = read(j); <-sem }()
+	}
+	wg.Wait()
+	return errors.Join(errs...)
 }
 
-// drain waits for the writes in flight.
+// drain waits until every reservation is released and every chunk write
+// has finished.
 func (w *writer) drain() error {
+	w.mu.Lock()
+	for w.held > 0 {
+		w.cond.Wait()
+	}
+	w.mu.Unlock()
 	w.wg.Wait()
 	return w.failed()
 }
@@ -232,29 +370,39 @@ func (w *writer) WriteAt(p []byte, off int64) (int, error) {
 	if err := w.drain(); err != nil {
 		return 0, err
 	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
 	end := off + int64(len(p))
-	if off < 0 || end > w.curOff+int64(w.curLen) {
-		return 0, w.setErr(fmt.Errorf("WriteAt [%d, %d) past the %d bytes written", off, end, w.curOff+int64(w.curLen)))
+	size := w.sizeLocked()
+	if off < 0 || end > size {
+		return 0, w.setErrLocked(fmt.Errorf("WriteAt [%d, %d) past the %d bytes written", off, end, size))
 	}
-	if off < w.curOff { // the part already on its way to disk
-		k := min(end, w.curOff) - off
+	staged := w.nextOff // bytes before this are on their way to disk
+	if w.cur != nil {
+		staged = w.cur.off
+	}
+	if off < staged {
+		k := min(end, staged) - off
 		if _, err := w.f.WriteAt(p[:k], off); err != nil {
-			return 0, w.setErr(err)
+			return 0, w.setErrLocked(err)
 		}
 	}
-	if end > w.curOff { // the part still staged
-		from := max(off, w.curOff)
-		copy((*w.cur)[from-w.curOff:], p[from-off:])
+	if end > staged { // the part still staged
+		from := max(off, staged)
+		copy((*w.cur.buf)[from-staged:], p[from-off:])
 	}
 	return len(p), nil
 }
 
-func (w *writer) release() {
+// release frees what is staged once nothing is in flight.
+func (w *writer) releaseAll() {
 	w.wg.Wait()
-	if w.cur != nil {
-		chunkPool.Put(w.cur)
+	w.mu.Lock()
+	if w.cur != nil && w.cur.pending == 0 {
+		chunkPool.Put(w.cur.buf)
 		w.cur = nil
 	}
+	w.mu.Unlock()
 	if w.df != nil {
 		w.df.Close()
 		w.df = nil
@@ -266,14 +414,20 @@ func (w *writer) Commit() error {
 		return nil
 	}
 	err := w.drain()
-	if err == nil && w.cur != nil && w.curLen > 0 {
-		if _, werr := w.f.WriteAt((*w.cur)[:w.curLen], w.curOff); werr != nil {
-			err = w.setErr(werr)
+	var size int64
+	if err == nil {
+		w.mu.Lock()
+		size = w.sizeLocked()
+		if c := w.cur; c != nil && c.used > 0 {
+			if _, werr := w.f.WriteAt((*c.buf)[:c.used], c.off); werr != nil {
+				err = w.setErrLocked(werr)
+			}
 		}
+		w.mu.Unlock()
 	}
-	w.release()
+	w.releaseAll()
 	if err == nil && w.allocEnd > 0 {
-		err = w.f.Truncate(w.curOff + int64(w.curLen)) // drop the unused reservation
+		err = w.f.Truncate(size) // drop the unused reservation
 	}
 	if err != nil {
 		w.Close()
@@ -295,12 +449,15 @@ func (w *writer) Commit() error {
 	return syncDir(filepath.Dir(w.name))
 }
 
+// Close abandons an uncommitted file. Reservations still being filled by
+// other goroutines must have been released first.
 func (w *writer) Close() error {
 	if w.committed {
 		return nil
 	}
 	w.committed = true
-	w.release()
+	w.setErr(errors.New("closed"))
+	w.releaseAll()
 	w.f.Close()
 	return os.Remove(w.f.Name())
 }

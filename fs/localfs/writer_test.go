@@ -128,3 +128,90 @@ func TestWriterCopyFromAt(t *testing.T) {
 		t.Fatal("copied file differs")
 	}
 }
+
+// Reservations filled and released out of order, from many goroutines,
+// land in reservation order; mixed with plain writes and a WriteAt patch.
+func TestWriterReserve(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	rng := rand.New(rand.NewPCG(11, 12))
+	type res interface {
+		Reserve(n int64) ([][]byte, func(), error)
+	}
+	for _, sizes := range [][]int{{5}, {writeChunk}, {1 << 20, 3 << 20, 1, writeChunk + 7, 0, 12345}, nil} {
+		if sizes == nil { // many samples: more than maxLive chunks staged at once
+			for range 200 {
+				sizes = append(sizes, rng.IntN(1<<20))
+			}
+		}
+		p := filepath.Join(dir, "r")
+		w, err := New().Create(ctx, p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var want bytes.Buffer
+		w.Write([]byte("hdr"))
+		want.WriteString("hdr")
+		type job struct {
+			bufs    [][]byte
+			release func()
+			data    []byte
+		}
+		jobs := make(chan job, 8)
+		done := make(chan struct{})
+		go func() { // fill and release in a scrambled order
+			defer close(done)
+			rng := rand.New(rand.NewPCG(13, 14)) // this goroutine's own
+			var held []job
+			for j := range jobs {
+				held = append(held, j)
+				if len(held) >= 3 {
+					k := rng.IntN(len(held))
+					fill(held[k])
+					held = append(held[:k], held[k+1:]...)
+				}
+			}
+			for _, j := range held {
+				fill(j)
+			}
+		}()
+		for _, n := range sizes {
+			data := make([]byte, n)
+			for i := range data {
+				data[i] = byte(rng.Uint32())
+			}
+			want.Write(data)
+			bufs, release, err := w.(res).Reserve(int64(n))
+			if err != nil {
+				t.Fatal(err)
+			}
+			jobs <- job{bufs, release, data}
+		}
+		close(jobs)
+		<-done
+		patch := []byte("HDR")
+		w.(interface {
+			WriteAt([]byte, int64) (int, error)
+		}).WriteAt(patch, 0)
+		copy(want.Bytes(), patch)
+		if err := w.Commit(); err != nil {
+			t.Fatal(err)
+		}
+		got, _ := os.ReadFile(p)
+		if !bytes.Equal(got, want.Bytes()) {
+			t.Fatalf("sizes %v: file differs (%d vs %d bytes)", len(sizes), len(got), want.Len())
+		}
+	}
+}
+
+func fill(j struct {
+	bufs    [][]byte
+	release func()
+	data    []byte
+}) {
+	n := 0
+	for _, b := range j.bufs {
+		n += copy(b, j.data[n:])
+	}
+	j.release()
+}
