@@ -73,8 +73,8 @@ type sinkOptions struct {
 	// DefaultRowGroupBytes); shuffle producers, which hold one open writer
 	// per partition, pass a share of it so their memory stays bounded.
 	rowGroupBytes int64
-	sampleColumn string
-	shardSize    int64
+	sampleColumn  string
+	shardSize     int64
 }
 
 func newSink(ctx context.Context, o sinkOptions) (sink, error) {
@@ -120,18 +120,18 @@ type writeOnly struct{ w io.Writer }
 func (w writeOnly) Write(p []byte) (int, error) { return w.w.Write(p) }
 
 type fileSink struct {
-	w      fs.Writer
-	base   string
-	pq     *pqarrow.FileWriter
-	csv    *csv.Writer
-	ipc    *ipc.FileWriter
-	jsonl  bool
-	maxRG  int64 // row-group byte cap
+	w     fs.Writer
+	base  string
+	pq    *pqarrow.FileWriter
+	csv   *csv.Writer
+	ipc   *ipc.FileWriter
+	jsonl bool
+	maxRG int64 // row-group byte cap
 	// rgBytes, rgRows: Arrow bytes and rows in the buffered row group
 	rgBytes int64
 	rgRows  int
-	schema *arrow.Schema
-	rows   int64
+	schema  *arrow.Schema
+	rows    int64
 	// wrote: csv writes its header with the first batch; an empty csv still
 	// gets a header at Close.
 	wrote bool
@@ -352,13 +352,13 @@ func recordBytes(rec arrow.RecordBatch) int64 {
 	for _, c := range rec.Columns() {
 		switch a := c.(type) {
 		case *array.String:
-			n += int64(a.ValueOffset(a.Len())-a.ValueOffset(0)) + 4*rows
+			n += span32(a.ValueOffsets()) + 4*rows
 		case *array.Binary:
-			n += int64(a.ValueOffset(a.Len())-a.ValueOffset(0)) + 4*rows
+			n += span32(a.ValueOffsets()) + 4*rows
 		case *array.LargeString:
-			n += a.ValueOffset(a.Len()) - a.ValueOffset(0) + 8*rows
+			n += span64(a.ValueOffsets()) + 8*rows
 		case *array.LargeBinary:
-			n += a.ValueOffset64(a.Len()) - a.ValueOffset64(0) + 8*rows
+			n += span64(a.ValueOffsets()) + 8*rows
 		default:
 			if fw, ok := c.DataType().(arrow.FixedWidthDataType); ok {
 				n += int64(fw.BitWidth()+7) / 8 * rows
@@ -368,4 +368,18 @@ func recordBytes(rec arrow.RecordBatch) int64 {
 		}
 	}
 	return n
+}
+
+func span32(o []int32) int64 {
+	if len(o) == 0 {
+		return 0
+	}
+	return int64(o[len(o)-1] - o[0])
+}
+
+func span64(o []int64) int64 {
+	if len(o) == 0 {
+		return 0
+	}
+	return o[len(o)-1] - o[0]
 }
