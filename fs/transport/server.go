@@ -127,8 +127,6 @@ func (s *Server) acceptLoop() {
 func (s *Server) serveConn(nc net.Conn) {
 	if tc, ok := nc.(*net.TCPConn); ok {
 		tc.SetNoDelay(true)
-		tc.SetReadBuffer(4 << 20)
-		tc.SetWriteBuffer(4 << 20)
 	}
 	br := bufio.NewReaderSize(nc, 256<<10)
 	nc.SetReadDeadline(time.Now().Add(s.opts.DialTimeout))
