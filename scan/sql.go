@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"path"
 	"path/filepath"
 	"strings"
 
@@ -213,5 +212,3 @@ func (r *runner) runSQL(ctx context.Context, stage, tmp string, p int, views map
 	}
 	return s.Close()
 }
-
-var _ = path.Join

@@ -143,7 +143,7 @@ func (b *binder) node(n Node) (*cnode, error) {
 			if a.t != TBool && a.t != TNull {
 				return nil, typeErr(n, "NOT needs a boolean, got %s", a.t)
 			}
-			return fold(&cnode{t: TBool, eval: func(c *ctx) Vec { return notVec(a.eval(c)) }}), nil
+			return &cnode{t: TBool, eval: func(c *ctx) Vec { return notVec(a.eval(c)) }}, nil
 		}
 		if !a.t.numeric() && a.t != TNull {
 			return nil, typeErr(n, "unary minus needs a number, got %s", a.t)
@@ -167,11 +167,11 @@ func (b *binder) node(n Node) (*cnode, error) {
 				}
 			}
 			and := x.Op == "AND"
-			return fold(&cnode{t: TBool, eval: func(c *ctx) Vec { return kleene(and, l.eval(c), r.eval(c), c.n) }}), nil
+			return &cnode{t: TBool, eval: func(c *ctx) Vec { return kleene(and, l.eval(c), r.eval(c), c.n) }}, nil
 		case "=", "!=", "<", "<=", ">", ">=":
 			return b.compare(n, x.Op, l, r)
 		case "||":
-			return fold(&cnode{t: TString, eval: func(c *ctx) Vec { return concatVec(l.eval(c), r.eval(c), c.n) }}), nil
+			return &cnode{t: TString, eval: func(c *ctx) Vec { return concatVec(l.eval(c), r.eval(c), c.n) }}, nil
 		}
 		return b.arith(n, x.Op, l, r)
 	case *Between:
@@ -186,7 +186,7 @@ func (b *binder) node(n Node) (*cnode, error) {
 			return nil, err
 		}
 		not := x.Not
-		return fold(&cnode{t: TBool, eval: func(c *ctx) Vec {
+		return &cnode{t: TBool, eval: func(c *ctx) Vec {
 			v := a.eval(c)
 			out := Vec{T: TBool, Scalar: v.Scalar}
 			m := c.n
@@ -198,7 +198,7 @@ func (b *binder) node(n Node) (*cnode, error) {
 				out.B[i] = v.IsNull(i) != not
 			}
 			return out
-		}}), nil
+		}}, nil
 	case *In:
 		return b.in(x)
 	case *Like:
@@ -208,9 +208,6 @@ func (b *binder) node(n Node) (*cnode, error) {
 	}
 	return nil, fmt.Errorf("%w: unsupported expression %s", ErrType, n)
 }
-
-// fold evaluates constant subtrees once at compile time.
-func fold(cn *cnode) *cnode { return cn }
 
 func (b *binder) arith(n Node, op string, l, r *cnode) (*cnode, error) {
 	lt, rt := l.t, r.t
@@ -725,9 +722,6 @@ func arithVec(op string, t Type, a, b Vec, n int) Vec {
 			}
 			out.I[i] = x[i&am] % d
 		}
-	}
-	if t == TInt && a.T == TTimestamp {
-		return out // microseconds between two timestamps
 	}
 	return out
 }
