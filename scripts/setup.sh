@@ -25,8 +25,9 @@ go build -o bin/ffkit ./cmd/ffkit
 if [ -f python/pyproject.toml ]; then
   echo "setup: installing the Python package" >&2
   python3 -m pip install -q ./python
-  # Test dependencies of python/tests: pytest, and torch + torchdata for the
-  # PyTorch integration tests (PyPI's torch wheel, about 1-2 minutes).
-  python3 -c "import pytest, torch, torchdata" >/dev/null 2>&1 ||
-    python3 -m pip install -q pytest torch torchdata
+  # Test dependencies of python/tests: pytest, torch + torchdata for the
+  # PyTorch integration tests (PyPI's torch wheel, about 1-2 minutes), and
+  # pyarrow for ffkit.scan.
+  python3 -c "import pytest, torch, torchdata, pyarrow" >/dev/null 2>&1 ||
+    python3 -m pip install -q pytest torch torchdata pyarrow
 fi

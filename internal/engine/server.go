@@ -197,7 +197,7 @@ func (s *Server) serveConn(ctx context.Context, c *net.UnixConn, control bool) e
 		if r.Op == "connect" {
 			rep, err = s.connect(ctx, m.f.fds)
 		} else if op, ok := ops[r.Op]; ok {
-			rep, err = op(ctx, s, m.f.header, m.f.body, m.f.fds)
+			rep, err = runOp(ctx, s, r.Op, op, m.f)
 		} else {
 			closeFDs(m.f.fds)
 			err = fmt.Errorf("%w: unknown operation %q", ErrBadRequest, r.Op)
@@ -212,6 +212,18 @@ func (s *Server) serveConn(ctx context.Context, c *net.UnixConn, control bool) e
 			return werr
 		}
 	}
+}
+
+// runOp runs one operation, turning a panic in it into an error reply: one
+// bad request must not take down the helper and every reader it serves.
+// (A panic in a goroutine the operation starts still ends the process.)
+func runOp(ctx context.Context, s *Server, name string, op opFunc, f frame) (rep reply, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			rep, err = reply{}, fmt.Errorf("engine: internal error in %s: %v", name, p)
+		}
+	}()
+	return op(ctx, s, f.header, f.body, f.fds)
 }
 
 // connect starts serving a request connection passed as a descriptor.

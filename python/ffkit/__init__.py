@@ -8,11 +8,20 @@ samples land in shared memory that numpy views without copying.
   FileWriter, PackedFolder; ``ffkit.ffrecord.torch``; ``ffkit.ffrecord.utils``).
 - ``ffkit.Loader``: shuffled, rank-sharded, resumable batches as numpy views.
 - ``ffkit.torch``: PyTorch integration (imports torch; ``import ffkit`` does not).
+- ``ffkit.scan``: Parquet scans (filter, project, aggregate, SQL) into a
+  pyarrow Table mapped from shared memory (needs pyarrow).
 """
 from . import errors
 from .errors import ChecksumError, DataError, FFKitError
 
 __version__ = "0.1.0"
+
+
+def scan(inputs, **options):
+    """Scans Parquet inputs into a pyarrow Table (see ``ffkit._scan.scan``)."""
+    from ._scan import scan as _scan
+
+    return _scan(inputs, **options)
 
 
 def __getattr__(name):
@@ -28,4 +37,4 @@ def __getattr__(name):
     raise AttributeError(f"module 'ffkit' has no attribute {name!r}")
 
 
-__all__ = ["Loader", "errors", "ffrecord", "FFKitError", "DataError", "ChecksumError"]
+__all__ = ["Loader", "scan", "errors", "ffrecord", "FFKitError", "DataError", "ChecksumError"]
