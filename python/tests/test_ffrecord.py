@@ -369,3 +369,31 @@ def test_engine_binary_is_bundled():
     p = _engine.binary_path()
     assert p.startswith(os.path.dirname(ffkit.__file__))
     assert os.access(p, os.X_OK)
+
+
+def test_gil_released_while_a_request_waits(tmp_path, gen):
+    """A thread blocked in a slow request (the engine opening a FIFO with no
+    writer) does not hold up other threads' reads."""
+    path, n = gen
+    fifo = tmp_path / "slow.ffr"
+    os.mkfifo(fifo)
+    result = {}
+
+    def slow():
+        try:
+            FileReader(fifo)
+        except Exception as e:  # the FIFO yields no valid header
+            result["err"] = e
+
+    t = threading.Thread(target=slow)
+    t.start()
+    time.sleep(0.3)
+    assert t.is_alive()  # still waiting in the engine
+    r = FileReader(path)
+    for i in range(50):  # meanwhile this thread reads freely
+        assert r.read_one(i).tobytes() == sample_bytes(i)
+    assert t.is_alive()
+    fd = os.open(fifo, os.O_WRONLY | os.O_NONBLOCK)
+    os.close(fd)
+    t.join(timeout=30)
+    assert isinstance(result.get("err"), errors.DataError)
