@@ -210,11 +210,15 @@ state and then prints its URL. List both addresses in cluster URLs
 			// the store, and every write re-checks it (fencing); a second
 			// 'fs mgmtd' on the same store is a standby that takes over when
 			// the primary stops renewing (package fs/kv/lease).
+			// The candidate id is this host and DIR: a mgmtd restarted on
+			// the same DIR takes its lease back at once (a new epoch fences
+			// its dead predecessor); a standby runs with another DIR.
 			host, _ := os.Hostname()
-			id := fmt.Sprintf("%s/%s", host, listen)
-			if strings.HasSuffix(listen, ":0") {
-				id = fmt.Sprintf("%s/pid-%d", host, os.Getpid())
+			absDir, err := filepath.Abs(dir)
+			if err != nil {
+				return err
 			}
+			id := host + ":" + absDir
 			le, err := lease.New(store, lease.Options{Key: []byte("mgmtd/lease"), ID: id, TTL: leaseTTL})
 			if err != nil {
 				return err
