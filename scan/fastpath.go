@@ -128,7 +128,7 @@ func (pf *File) fastRead(rg, col int, lo, hi int64) (arr arrow.Array, err error)
 		width = 4
 	}
 	n := int(hi - lo)
-	data := make([]byte, n*width)
+	var data []byte // allocated unless a single page is adopted whole
 	var valid []byte // allocated at the first null
 	nulls := 0
 	pos := 0
@@ -177,6 +177,17 @@ func (pf *File) fastRead(rg, col int, lo, hi int64) (arr arrow.Array, err error)
 			pq.Release(whole)
 			return nil, corruptf(pf.Path, fmt.Errorf("row group %d column %q: pages hold more than %d rows", rg, pf.Schema.Field(col).Name, n))
 		}
+		if pos == 0 && rows == n && p.NumNulls() == 0 && len(raw) == n*width && whole == p {
+			// the whole chunk in one page without nulls (the common case for
+			// DuckDB's and SmallPond's files): the page's buffer becomes the
+			// Arrow buffer, not released to parquet-go's pool, not copied
+			ad := array.NewData(dt, n, []*memory.Buffer{nil, memory.NewBufferBytes(raw)}, nil, 0, 0)
+			defer ad.Release()
+			return array.MakeFromData(ad), nil
+		}
+		if data == nil {
+			data = make([]byte, n*width)
+		}
 		if p.NumNulls() == 0 && len(raw)/width == rows {
 			copy(data[pos*width:], raw)
 			if valid != nil {
@@ -216,6 +227,9 @@ func (pf *File) fastRead(rg, col int, lo, hi int64) (arr arrow.Array, err error)
 	}
 	if pos != n {
 		return nil, corruptf(pf.Path, fmt.Errorf("row group %d column %q: %d rows decoded, want %d", rg, pf.Schema.Field(col).Name, pos, n))
+	}
+	if data == nil {
+		data = make([]byte, n*width)
 	}
 	var vb *memory.Buffer
 	if nulls > 0 {
