@@ -128,7 +128,7 @@ func (pf *File) fastRead(rg, col int, lo, hi int64) (arr arrow.Array, err error)
 		width = 4
 	}
 	n := int(hi - lo)
-	var data []byte // allocated unless a single page is adopted whole
+	var data []byte  // allocated unless a single page is adopted whole
 	var valid []byte // allocated at the first null
 	nulls := 0
 	pos := 0
