@@ -87,11 +87,12 @@
 // A producer goroutine plans batches in order: it computes the batch's
 // sample indices, sizes the batch, takes that many bytes from the memory
 // budget and a buffer from the Arena, and queues the batch (at most
-// Prefetch batches ahead of the consumer). Each queued batch is read by its
-// own goroutine through ffrecord's batch planner: requests sorted by
-// (file, offset), neighbours merged, up to Workers reads in flight, the
-// samples verified (CRC-32, unless NoVerify) and returned in permutation
-// order. Sample and batch transforms run after the read, sample transforms
+// 2*Prefetch batches ahead of the consumer). Prefetch reader goroutines
+// take the queued batches in order, each going on to the next as soon as it
+// is done, and read them through ffrecord's batch planner: requests sorted
+// by (file, offset), neighbours merged, up to Workers reads in flight per
+// batch, the samples verified (CRC-32, unless NoVerify) and returned in
+// permutation order. Sample and batch transforms run after the read, sample transforms
 // on up to TransformWorkers goroutines. Next hands batches out strictly in
 // order and only when complete: the consumer never sees a partial batch.
 //

@@ -284,13 +284,15 @@ type job struct {
 	started time.Time
 }
 
-// run is one pipeline: a producer goroutine that plans batches in order,
-// takes memory for them in order and starts one reader goroutine per
-// batch, at most Prefetch batches ahead of the consumer.
+// run is one pipeline: a producer goroutine that plans batches in order
+// and takes memory for them in order, at most 2*Prefetch batches ahead of
+// the consumer, and Prefetch reader goroutines that read the planned
+// batches, each taking the next one as soon as it is done.
 type run struct {
 	ctx    context.Context
 	cancel context.CancelFunc
-	queue  chan *job // batches in order; closed when the producer ends
+	queue  chan *job // batches in order, for the consumer; closed when the producer ends
+	work   chan *job // the same batches, for the readers; closed when the producer ends
 	wg     sync.WaitGroup
 	err    error        // the producer's error, set before queue is closed
 	stage  atomic.Value // plannerStage: what the producer is doing
@@ -302,15 +304,34 @@ type run struct {
 
 func (l *Loader) startRunLocked() {
 	ctx, cancel := context.WithCancel(context.Background())
-	r := &run{ctx: ctx, cancel: cancel, queue: make(chan *job, l.opts.Prefetch)}
+	ahead := 2 * l.opts.Prefetch
+	r := &run{ctx: ctx, cancel: cancel, queue: make(chan *job, ahead), work: make(chan *job, ahead+1)}
 	r.stage.Store(plannerStage{what: "starting"})
 	from, end := l.pos, l.endEpoch
 	r.wg.Add(1)
 	go func() {
 		defer r.wg.Done()
 		defer close(r.queue)
+		defer close(r.work)
 		r.err = l.produce(r, from, end)
 	}()
+	// Readers take planned batches in order and go straight on to the
+	// next one, so the device gets new reads without waiting for the
+	// consumer, the planner or a new goroutine to be scheduled.
+	for range l.opts.Prefetch {
+		r.wg.Add(1)
+		go func() {
+			defer r.wg.Done()
+			for j := range r.work {
+				if err := r.ctx.Err(); err != nil {
+					j.err = err
+				} else {
+					j.err = l.fill(r.ctx, j)
+				}
+				close(j.done)
+			}
+		}()
+	}
 	l.run = r
 }
 
@@ -386,6 +407,7 @@ func (l *Loader) produce(r *run, from position, end int64) error {
 			if err := l.prepare(r, j); err != nil {
 				return err
 			}
+			j.stage.Store("waiting for a reader")
 			r.stage.Store(plannerStage{what: "consumer"})
 			select {
 			case r.queue <- j:
@@ -393,12 +415,17 @@ func (l *Loader) produce(r *run, from position, end int64) error {
 				l.freeUndelivered(j)
 				return r.ctx.Err()
 			}
-			r.wg.Add(1)
-			go func() {
-				defer r.wg.Done()
-				defer close(j.done)
-				j.err = l.fill(r.ctx, j)
-			}()
+			// work has room for every job in the queue and the one Next
+			// waits for, so this does not block for long; readers close
+			// done even after cancellation, so Next and stopLocked never
+			// wait forever.
+			select {
+			case r.work <- j:
+			case <-r.ctx.Done():
+				j.err = r.ctx.Err()
+				close(j.done)
+				return r.ctx.Err()
+			}
 		}
 	}
 	return nil

@@ -95,8 +95,8 @@ type Options struct {
 	Epochs     int64 `json:"epochs"`
 	// Workers is the number of reads in flight per batch. Default 64.
 	Workers int `json:"workers"`
-	// Prefetch is the number of batches prepared ahead of the consumer.
-	// Default 4.
+	// Prefetch is the number of batches read at once; up to twice as many
+	// are planned (and hold memory) ahead of the consumer. Default 4.
 	Prefetch int `json:"prefetch"`
 	// MemoryBudget bounds the bytes of batch buffers held at once, from
 	// the read until Release (see doc.go). Default 1 GiB.
