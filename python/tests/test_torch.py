@@ -160,3 +160,21 @@ def test_plain_torch_dataset_with_reader_in_workers(gen):
     out = torch.cat(list(DataLoader(ds, batch_size=50, num_workers=2, multiprocessing_context="fork")))
     assert out.shape[0] == 200
     assert bytes(out[3].numpy()) == sample_bytes(3)[:4]
+
+
+def test_fixed_size_samples_come_as_one_tensor(tmp_path):
+    from ffkit.ffrecord import FileWriter
+
+    p = tmp_path / "fixed.ffr"
+    with FileWriter(p, 1000) as w:
+        for i in range(1000):
+            w.write_one(np.full(64, i % 251, np.uint8))
+    ds = ft.Dataset(str(p), 100, seed=0)
+    seen = []
+    for b in DataLoader(ds, batch_size=None, num_workers=0):
+        s = b["samples"]
+        assert isinstance(s, torch.Tensor) and s.shape == (100, 64)
+        idx = b["indices"].tolist()
+        assert [int(r[0]) for r in s] == [i % 251 for i in idx]
+        seen += idx
+    assert sorted(seen) == list(range(1000))
