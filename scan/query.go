@@ -74,9 +74,18 @@ func compileQuery(src *Source, columns, where string, extra []string) (*query, e
 	q := &query{pageCol: -1}
 	var items []expr.Item
 	if columns != "" {
-		var err error
-		if items, err = expr.ParseList(columns); err != nil {
+		list, err := expr.ParseList(columns)
+		if err != nil {
 			return nil, fmt.Errorf("--columns: %w", err)
+		}
+		for _, it := range list {
+			if c, ok := it.Expr.(*expr.Col); ok && c.Name == "*" && it.Name == "*" {
+				for _, f := range src.Files[0].Schema.Fields() {
+					items = append(items, expr.Item{Expr: &expr.Col{Name: f.Name}, Name: f.Name})
+				}
+				continue
+			}
+			items = append(items, it)
 		}
 	} else {
 		for _, f := range src.Files[0].Schema.Fields() {

@@ -313,7 +313,8 @@ type Item struct {
 }
 
 // ParseList parses a comma-separated list of expressions with optional
-// "AS name" aliases (the --columns and --agg syntax).
+// "AS name" aliases (the --columns and --agg syntax). A bare * stands for
+// every input column (an Item whose Expr is Col{Name: "*"}).
 func ParseList(src string) ([]Item, error) {
 	toks, err := lex(src)
 	if err != nil {
@@ -323,6 +324,18 @@ func ParseList(src string) ([]Item, error) {
 	var items []Item
 	for {
 		start := p.peek().pos
+		if p.isOp("*") {
+			// "*": every input column, expanded by the caller
+			p.next()
+			items = append(items, Item{Expr: &Col{Name: "*"}, Name: "*"})
+			if p.acceptOp(",") {
+				continue
+			}
+			if p.peek().kind != tEOF {
+				return nil, p.errf("expected ',' or end of list")
+			}
+			return items, nil
+		}
 		n, err := p.expr()
 		if err != nil {
 			return nil, err
