@@ -25,6 +25,9 @@ Checksums are verified unless --no-verify.`,
 		Example: "  ffkit cat train.ffr 0 > first.bin\n  ffkit cat train/ 10:20 3 3 > some.bin",
 		Args:    cobra.MinimumNArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if jsonOut {
+				return usagef("cat writes the samples' raw bytes; --json does not apply")
+			}
 			r, err := ffrecord.Open(cmd.Context(), args[:1], ffrecord.ReadOptions{NoVerify: noVerify,
 				Warn: func(m string) { warnf("%s", m) }})
 			if err != nil {

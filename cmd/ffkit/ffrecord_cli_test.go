@@ -316,6 +316,7 @@ func TestCLICat(t *testing.T) {
 	ffrMust(t, 2, "cat", p, "10")
 	ffrMust(t, 2, "cat", p, "x")
 	ffrMust(t, 2, "cat", p, "5:2")
+	ffrMust(t, 2, "--json", "cat", p, "1")
 	ffrMust(t, 2, "cat", p)
 }
 
