@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ffkit/ffkit/fs"
 	"github.com/ffkit/ffkit/fs/client"
 	"github.com/ffkit/ffkit/fs/clusterfs"
 	"github.com/ffkit/ffkit/fs/fuse"
@@ -180,4 +181,58 @@ func TestKillStorageDuringFio(t *testing.T) {
 		t.Errorf("the verify did not read through the batched path: %+v", st)
 	}
 	t.Logf("killed storage pid %d during the verify; mount stats %+v", victim, st)
+}
+
+// TestParquetPyarrowCluster: pyarrow writes a Parquet file through a
+// mount of the cluster and reads it back (whole, and one row group), and
+// the native client sees the same file.
+func TestParquetPyarrowCluster(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a cluster")
+	}
+	if err := exec.Command("python3", "-c", "import pyarrow.parquet").Run(); err != nil {
+		t.Skip("pyarrow is not installed (scripts/setup.sh installs it): skipping the Parquet test")
+	}
+	c := startCluster(t)
+	mnt, _ := mount(t, c.fs, "/", fuse.Options{})
+	script := `
+import sys, pyarrow as pa, pyarrow.parquet as pq
+mnt = sys.argv[1]
+n = 300000
+t = pa.table({"id": pa.array(range(n), pa.int64()), "name": pa.array(["row%d" % i for i in range(n)])})
+pq.write_table(t, mnt + "/t.parquet", row_group_size=100000)
+assert pq.read_table(mnt + "/t.parquet").equals(t), "read back through the mount differs"
+pf = pq.ParquetFile(mnt + "/t.parquet")
+assert pf.metadata.num_row_groups == 3, pf.metadata.num_row_groups
+assert pf.read_row_group(1).column("id")[0].as_py() == 100000
+print("ok")
+`
+	out, err := exec.Command("python3", "-c", script, mnt).CombinedOutput()
+	if err != nil || strings.TrimSpace(string(out)) != "ok" {
+		t.Fatalf("pyarrow through the cluster mount: %v\n%s", err, out)
+	}
+	st, err := os.Stat(filepath.Join(mnt, "t.parquet"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := readClusterFile(t, c, "/t.parquet")
+	if int64(len(got)) != st.Size() || string(got[:4]) != "PAR1" || string(got[len(got)-4:]) != "PAR1" {
+		t.Fatalf("native read of the Parquet file: %d bytes (mount says %d), magic %q...%q",
+			len(got), st.Size(), got[:min(4, len(got))], got[max(0, len(got)-4):])
+	}
+}
+
+func readClusterFile(t *testing.T, c *testCluster, name string) []byte {
+	t.Helper()
+	ctx := context.Background()
+	f, err := c.fs.Open(ctx, name, fs.OpenOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	buf := make([]byte, f.Size())
+	if err := c.fs.ReadBatch(ctx, []fs.ReadRequest{{File: f, Buf: buf}}); err != nil {
+		t.Fatal(err)
+	}
+	return buf
 }
