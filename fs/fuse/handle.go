@@ -108,8 +108,18 @@ func (n *node) acquireWrite(ctx context.Context, p string, oflag int) (fs.WriteF
 	defer n.mu.Unlock()
 	if n.wf != nil {
 		if oflag&fs.OTrunc != 0 {
-			wf := n.wf
-			if err := s.bounded(func() error { return wf.Truncate(0) }); err != nil {
+			wf, wb := n.wf, n.wb
+			err := s.bounded(func() error {
+				if wb != nil {
+					// Gathered writes must land before the cut, not after it.
+					if err := wb.flush(); err != nil {
+						return err
+					}
+					defer wb.truncated(0)
+				}
+				return wf.Truncate(0)
+			})
+			if err != nil {
 				return nil, s.errno(err)
 			}
 			n.mtime = time.Now()
@@ -201,6 +211,7 @@ func (n *node) Create(_ context.Context, name string, flags uint32, mode uint32,
 	if flags&syscall.O_TRUNC != 0 {
 		oflag |= fs.OTrunc
 	}
+	cn.waitClosed(ctx)
 	wf, errno := cn.acquireWrite(ctx, p, oflag)
 	if errno != 0 {
 		return nil, nil, 0, errno
