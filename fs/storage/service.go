@@ -472,15 +472,29 @@ func (s *Service) applyChain(ctx context.Context, ts *tstate, chain proto.ChainI
 	c := ts.get(id)
 	c.lock.Lock()
 	defer c.lock.Unlock()
+	if ver == 0 {
+		// A pending version left at the head (its writer crashed, gave up
+		// or lost the chain) may already be committed further down: it is
+		// finished before a new version is built, never reused.
+		ts.mu.Lock()
+		stale := c.pending
+		ts.mu.Unlock()
+		if stale != nil {
+			if err := s.redriveLocked(ctx, ts, chain, id, c, stale); err != nil {
+				return nil, err
+			}
+		}
+	}
 	cur := c.commitVer()
 	if ver == 0 {
 		u.ver = cur + 1
 	} else {
 		u.ver = ver
 		switch {
-		case ver <= cur:
+		case ver <= cur && !u.full:
 			// Already committed here (a retried forward): report our state;
-			// the predecessor compares the checksum.
+			// the predecessor compares the checksum and, if they differ,
+			// sends the whole chunk.
 			return s.chunkResp(ts, c), nil
 		case ver > cur+1 && !u.full:
 			return nil, fmt.Errorf("%w: chunk %v on target %d is at v%d, update is v%d", proto.ErrMissingUpdate, id, ts.ID, cur, ver)
@@ -677,13 +691,12 @@ func (s *Service) handleUpdate(ctx context.Context, u *proto.UpdateReq, data []b
 		}
 		return resp, err
 	}
-	// A resync transfer: install this committed version as is.
+	// A resync transfer: install this committed version as is, even over
+	// a higher one (a version only this replica committed was never
+	// acknowledged: the head commits last; the predecessor's data wins).
 	c := ts.get(u.Chunk)
 	c.lock.Lock()
 	defer c.lock.Unlock()
-	if c.commitVer() > u.UpdateVer {
-		return s.chunkResp(ts, c), nil
-	}
 	up.ver, up.chainVer, up.full = u.UpdateVer, ch.Version, true
 	if _, err := ts.prepare(u.Chunk, c, up); err != nil {
 		return nil, err
@@ -904,26 +917,35 @@ func (s *Service) redrivePending(ts *tstate, chain proto.ChainID) {
 		nv := c.pending
 		ts.mu.Unlock()
 		if nv != nil {
-			u := update{op: proto.OpWrite, full: true}
-			if nv.removed {
-				u.op = proto.OpRemove
-			}
-			data, err := ts.readVersion(id, nv, true)
-			if err == nil {
-				u.data = data
-				err = s.forward(s.ctx, ts, chain, id, nv, u, proto.Tag{})
-			}
-			if err == nil {
-				_, err = ts.commit(id, c)
-			}
-			if err != nil {
+			if err := s.redriveLocked(s.ctx, ts, chain, id, c, nv); err != nil {
 				s.logf("re-drive pending chunk %v v%d: %v", id, nv.ver, err)
-			} else {
-				s.logf("re-drove pending chunk %v v%d to commit", id, nv.ver)
 			}
 		}
 		c.lock.Unlock()
 	}
+}
+
+// redriveLocked finishes the pending version nv of a chunk at the head:
+// sends it down the chain as a full replace (a successor that committed it
+// answers with the same checksum, one that did not installs it) and
+// commits it. The caller holds the chunk lock.
+func (s *Service) redriveLocked(ctx context.Context, ts *tstate, chain proto.ChainID, id proto.ChunkID, c *chunk, nv *version) error {
+	u := update{op: proto.OpWrite, full: true}
+	if nv.removed {
+		u.op = proto.OpRemove
+	}
+	data, err := ts.readVersion(id, nv, true)
+	if err == nil {
+		u.data = data
+		err = s.forward(ctx, ts, chain, id, nv, u, proto.Tag{})
+	}
+	if err == nil {
+		_, err = ts.commit(id, c)
+	}
+	if err == nil {
+		s.logf("re-drove pending chunk %v v%d to commit", id, nv.ver)
+	}
+	return err
 }
 
 // resync brings the syncing successor succ up to date with ts: it lists

@@ -160,6 +160,7 @@ type fileRef struct {
 
 	mapOnce sync.Once
 	mapped  []byte // read-only shared mapping of the whole file, or nil
+	cached  bool   // held by its chunk (set before the ref is shared)
 }
 
 func (r *fileRef) release(t *Target) {
@@ -600,6 +601,13 @@ func (t *Target) commit(id proto.ChunkID, c *chunk) (*version, error) {
 	if nv == nil {
 		return nil, fmt.Errorf("%w: chunk %v on target %d has nothing pending", proto.ErrMissingUpdate, id, t.ID)
 	}
+	if old != nil && old.ver > nv.ver {
+		// Going back to a lower version (the predecessor's data wins): the
+		// higher file goes first, or crash recovery would pick it again.
+		if err := t.vfs.Remove(t.path(id, old.ver, false)); err != nil {
+			return nil, t.ioErr("remove", t.path(id, old.ver, false), err)
+		}
+	}
 	if err := t.vfs.Rename(t.path(id, nv.ver, true), t.path(id, nv.ver, false)); err != nil {
 		return nil, t.ioErr("commit", t.path(id, nv.ver, true), err)
 	}
@@ -645,7 +653,8 @@ func (t *Target) readCommitted(id proto.ChunkID, off, n int64, allowPending bool
 
 // mmapMin: reads at least this large are served from a shared read-only
 // mapping of the chunk file (checksummed in place and written to the
-// socket from there: one copy fewer than pread); smaller ones use pread.
+// socket from there: one copy fewer than pread); smaller ones too when the
+// file's handle (and so its mapping) is cached, else they use pread.
 const mmapMin = 64 << 10
 
 // readRef reads [off, off+n) of the committed version, verifying the CRC
@@ -690,7 +699,9 @@ func (t *Target) readRef(id proto.ChunkID, off, n int64, allowPending bool) ([]b
 	}
 	var buf []byte
 	var release func()
-	if m := ref.mapping(HeaderSize + v.length); m != nil && hi-lo >= mmapMin {
+	// Small reads use the mapping too when the handle is cached (the
+	// mapping is made once per file version): no system call per read.
+	if m := ref.mapping(HeaderSize + v.length); m != nil && (hi-lo >= mmapMin || ref.cached) {
 		buf = m[HeaderSize+lo : HeaderSize+hi]
 		release = func() { ref.release(t) }
 		if hi-lo >= 256<<10 {
@@ -767,6 +778,7 @@ func (t *Target) openCommitted(id proto.ChunkID, c *chunk, v *version) (*fileRef
 	defer t.mu.Unlock()
 	if c.committed == v && c.file == nil && t.openFiles.Load() <= maxOpenFiles {
 		r.refs.Add(1) // the chunk's
+		r.cached = true
 		c.file = r
 	}
 	return r, nil
