@@ -213,6 +213,34 @@ func RunPOSIX(t *testing.T, mnt string, native fs.FS, nativeRoot string) {
 		}
 	})
 
+	t.Run("TruncateWhileWriting", func(t *testing.T) {
+		// Writes gathered on one descriptor must not reappear after
+		// another descriptor truncates the file.
+		w, err := os.OpenFile(p("tw"), os.O_CREATE|os.O_RDWR, 0o644)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := w.Write(Pattern(11, 200<<10)); err != nil {
+			t.Fatal(err)
+		}
+		w2, err := os.OpenFile(p("tw"), os.O_WRONLY|os.O_TRUNC, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := w2.Close(); err != nil {
+			t.Fatal(err)
+		}
+		if err := w.Close(); err != nil {
+			t.Fatal(err)
+		}
+		if st, err := os.Stat(p("tw")); err != nil || st.Size() != 0 {
+			t.Fatalf("after O_TRUNC by a second descriptor and close of the first: %v %v, want size 0", st, err)
+		}
+		if got := readNative(t, native, np("tw")); len(got) != 0 {
+			t.Fatalf("native read: %d bytes, want 0", len(got))
+		}
+	})
+
 	t.Run("ListingDuringChanges", func(t *testing.T) {
 		dir := p("busy")
 		os.Mkdir(dir, 0o755)
