@@ -163,6 +163,14 @@ func TestHashPartitionPutsEachKeyInOnePartition(t *testing.T) {
 			}
 		})
 	}
+	// a string filter (decoded as a dictionary) before the hash split
+	strOut := filepath.Join(t.TempDir(), "str")
+	if _, err := Run(bg, Job{Inputs: []string{in}, Where: "name LIKE 'str_1%'", Columns: "id, name", PartitionBy: "hash:name", Partitions: 3, Output: strOut}); err != nil {
+		t.Fatal(err)
+	}
+	sameAsDuck(t, db, filepath.Join(strOut, "*.parquet"), fmt.Sprintf("SELECT id, name FROM read_parquet(%s) WHERE name LIKE 'str_1%%'", sqlString(in)))
+	sameTypes(t, db, filepath.Join(strOut, "part-00000-00000.parquet"), fmt.Sprintf("SELECT id, name FROM read_parquet(%s)", sqlString(in)))
+
 	// PartitionOf agrees with where rows went, and a partition nobody hashes
 	// to still gets a schema-only file
 	out := filepath.Join(t.TempDir(), "few")

@@ -141,6 +141,13 @@ func compileQuery(src *Source, columns, where string, extra []string) (*query, e
 		}
 		if len(q.filterPos) == 1 {
 			q.pageCol = q.filterPos[0]
+			// a string filter column is decoded as a dictionary: the filter
+			// then runs once per distinct value (expr's evalDict)
+			switch sc.Field(q.filterPos[0]).Type.ID() {
+			case arrow.STRING, arrow.LARGE_STRING, arrow.BINARY, arrow.LARGE_BINARY:
+				q.dict = make([]bool, len(q.readNames))
+				q.dict[q.filterPos[0]] = true
+			}
 		}
 		q.where, err = expr.Compile(q.whereNode, arrow.NewSchema(ffields, nil))
 		if err != nil {
@@ -449,7 +456,18 @@ func (q *query) project(rec arrow.RecordBatch) (arrow.RecordBatch, error) {
 	for i, it := range q.items {
 		if it.pos >= 0 {
 			cols[i] = rec.Column(it.pos)
-			cols[i].Retain()
+			if d, ok := cols[i].(*array.Dictionary); ok && !arrow.TypeEqual(q.readSchema.Field(it.pos).Type, d.DataType()) {
+				plain, err := undict(d, q.readSchema.Field(it.pos).Type)
+				if err != nil {
+					for _, c := range cols[:i] {
+						c.Release()
+					}
+					return nil, fmt.Errorf("column %s: %w", it.name, err)
+				}
+				cols[i] = plain
+			} else {
+				cols[i].Retain()
+			}
 			fields[i].Type = cols[i].DataType()
 			continue
 		}
@@ -627,4 +645,9 @@ func Scan(ctx context.Context, inputs []string, opts ScanOptions, fn func(arrow.
 	st.BytesRead = src.BytesRead.Load()
 	st.PagesSkipped = q.pagesSkipped.Load()
 	return st, err
+}
+
+// undict decodes a dictionary array into a plain array of type dt.
+func undict(d *array.Dictionary, dt arrow.DataType) (arrow.Array, error) {
+	return compute.TakeArray(context.Background(), d.Dictionary(), d.Indices())
 }

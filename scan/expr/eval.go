@@ -10,6 +10,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/apache/arrow-go/v18/arrow"
+	"github.com/apache/arrow-go/v18/arrow/array"
 )
 
 // Program is an expression compiled against a schema.
@@ -49,6 +50,11 @@ func Compile(n Node, schema *arrow.Schema) (*Program, error) {
 // Eval evaluates the program over batch. The batch must have the schema the
 // program was compiled against.
 func (p *Program) Eval(batch arrow.RecordBatch) (Vec, error) {
+	if len(p.Cols) == 1 {
+		if d, ok := batch.Column(p.Cols[0]).(*array.Dictionary); ok {
+			return p.evalDict(d)
+		}
+	}
 	c := &ctx{batch: batch, n: int(batch.NumRows()), cache: map[int]Vec{}}
 	v := p.root.eval(c)
 	if c.err != nil {
@@ -935,4 +941,85 @@ func FormatValue(v Value) string {
 		return strconv.FormatInt(v.I, 10)
 	}
 	return valueText(v)
+}
+
+// evalDict evaluates a one-column program over a dictionary-encoded column:
+// once per dictionary entry (and once for NULL), then gathers the results
+// through the indices, so a string filter costs an index lookup per row.
+func (p *Program) evalDict(d *array.Dictionary) (Vec, error) {
+	col := p.Cols[0]
+	dv, err := FromArrow(d.Dictionary())
+	if err != nil {
+		return Vec{}, err
+	}
+	c := &ctx{n: dv.Len(), cache: map[int]Vec{col: dv}}
+	res := p.root.eval(c)
+	if c.err != nil {
+		return Vec{}, c.err
+	}
+	nullIn := Vec{T: dv.T, Scalar: true, Null: []bool{true}}
+	switch dv.T {
+	case TBool:
+		nullIn.B = []bool{false}
+	case TInt, TDate, TTimestamp:
+		nullIn.I = []int64{0}
+	case TFloat:
+		nullIn.F = []float64{0}
+	case TString:
+		nullIn.S = []string{""}
+	}
+	cn := &ctx{n: 1, cache: map[int]Vec{col: nullIn}}
+	resNull := p.root.eval(cn)
+	if cn.err != nil {
+		return Vec{}, cn.err
+	}
+	n := d.Len()
+	out := Vec{T: res.T}
+	idx32, _ := d.Indices().(*array.Int32)
+	hasNull := d.NullN() > 0
+	if res.T == TBool && !res.Scalar && idx32 != nil {
+		// the filter case
+		out.B = make([]bool, n)
+		nullIsNull := resNull.IsNull(0)
+		nullVal := !nullIsNull && resNull.B[0]
+		for i := 0; i < n; i++ {
+			if hasNull && d.IsNull(i) {
+				if nullIsNull {
+					out.setNull(i, n)
+				} else {
+					out.B[i] = nullVal
+				}
+				continue
+			}
+			k := idx32.Value(i)
+			if res.Null != nil && res.Null[k] {
+				out.setNull(i, n)
+				continue
+			}
+			out.B[i] = res.B[k]
+		}
+		return out, nil
+	}
+	for i := 0; i < n; i++ {
+		var src *Vec
+		j := 0
+		if hasNull && d.IsNull(i) {
+			src = &resNull
+		} else {
+			src = &res
+			if !res.Scalar {
+				if idx32 != nil {
+					j = int(idx32.Value(i))
+				} else {
+					j = d.GetValueIndex(i)
+				}
+			}
+		}
+		if src.IsNull(j) {
+			out.appendNull(i, n)
+			continue
+		}
+		out.appendFrom(src, j, res.T)
+	}
+	return out, nil
 }
