@@ -7,12 +7,17 @@
 // OpenFile decodes a file's footer (validated: every column chunk must lie
 // inside the data area, so a truncated file fails at open with ErrCorrupt
 // naming it). File.ReadRowGroup decodes the chosen top-level columns of one
-// row group into an Arrow record batch through arrow-go's pqarrow. Scans
-// prune whole row groups whose min/max/null-count statistics rule the
-// filter out (expr.MayMatch), read the filter's columns first and the
-// other projected columns only for row groups where some row passes, and
-// decode row groups in parallel (Workers) while handing results on in input
-// order. For remote files (and local ones with CoalesceLocal) a row group's
+// row group into an Arrow record batch: flat fixed-width columns (int32,
+// int64, float32, float64, date32) through parquet-go's page API
+// (fastpath.go), everything else through arrow-go's pqarrow. Scans prune
+// whole row groups whose min/max/null-count statistics rule the filter out
+// (expr.MayMatch); when the filter reads one column that has a page index,
+// they also decode only the pages (of every projected column) whose column
+// index does not rule them out. They read the filter's columns first and
+// the other projected columns only for row groups where some row passes;
+// a string filter column is decoded as a dictionary and the filter runs once
+// per distinct value. Row groups are decoded in parallel (Workers) and
+// handed on in input order. For remote files (and local ones with CoalesceLocal) a row group's
 // column chunks are fetched first with reads merged across holes up to
 // CoalesceGap, all issued in one fs.ReadBatch, so the storage runs them in
 // parallel. Decoders (and their decompression buffers) are reused across
