@@ -271,7 +271,7 @@ Several PATHs are one dataset; with --weights they are a weighted mixture
 	f.IntVar(&o.WorldSize, "world-size", 1, "number of ranks")
 	f.BoolVar(&o.DropLast, "drop-last", false, "deliver only whole batches on every rank (default: pad by wrapping to a multiple of the world size; the last batch may be short)")
 	f.IntVar(&o.Workers, "workers", loader.DefaultWorkers, "reads in flight per batch")
-	f.IntVar(&o.Prefetch, "prefetch", loader.DefaultPrefetch, "batches prepared ahead of the consumer")
+	f.IntVar(&o.Prefetch, "prefetch", loader.DefaultPrefetch, "batches read at once (up to twice as many are planned ahead of the consumer)")
 	f.BoolVar(&o.Direct, "direct", false, "read with O_DIRECT (bypass the page cache)")
 	f.BoolVar(&o.NoVerify, "no-verify", false, "skip the per-sample CRC-32 checks")
 	f.StringVar(&budget, "memory-budget", "1GiB", "bound on the bytes of batches in memory (prefetched or held), e.g. 256MiB")
