@@ -451,6 +451,13 @@ type ShardedWriter struct {
 	finals   []string
 	err      error
 	finished bool
+
+	// Full streamed shards are closed (header written, synced, renamed to
+	// their pending name) in the background while the next one fills.
+	closers  chan struct{}  // one token per shard closing, at most 2
+	closing  sync.WaitGroup // shards closing
+	closeMu  sync.Mutex     // guards closeErr
+	closeErr error          // first error of a background close
 }
 
 // NewShardedWriter starts writing shards into dir (created if missing).
@@ -479,7 +486,7 @@ func NewShardedWriter(ctx context.Context, dir string, opts ShardOptions) (*Shar
 			}
 		}
 	}
-	w := &ShardedWriter{ctx: ctx, fsys: fsys, dir: name, display: dir, opts: opts}
+	w := &ShardedWriter{ctx: ctx, fsys: fsys, dir: name, display: dir, opts: opts, closers: make(chan struct{}, 2)}
 	if opts.Sizes != nil {
 		w.plan = PlanShards(opts.Sizes, opts.TargetSize, opts.Align)
 	}
@@ -589,10 +596,24 @@ func (w *ShardedWriter) streamOne(size int64, write func(*Writer) error) error {
 	// A full shard is closed when the next sample arrives (or at Close),
 	// not right after its last sample: with Reserve that sample is still
 	// being filled by the caller when Reserve returns.
+	if err := w.backgroundErr(); err != nil {
+		return w.fail(err)
+	}
 	if w.cur != nil && w.cur.Written() == w.cur.n {
-		if err := w.commitCur(); err != nil {
-			return err
-		}
+		cw := w.cur
+		w.cur = nil
+		w.closers <- struct{}{} // at most 2 shards closing (each stages up to 64 MiB)
+		w.closing.Add(1)
+		go func() {
+			defer func() { <-w.closers; w.closing.Done() }()
+			if err := cw.Close(); err != nil {
+				w.closeMu.Lock()
+				if w.closeErr == nil {
+					w.closeErr = err
+				}
+				w.closeMu.Unlock()
+			}
+		}()
 	}
 	if w.cur == nil {
 		shard := len(w.pending)
@@ -619,6 +640,19 @@ func (w *ShardedWriter) startShard(i int, n int64) (*Writer, error) {
 	w.pending = append(w.pending, pending)
 	w.finals = append(w.finals, final)
 	return cw, nil
+}
+
+// backgroundErr waits for nothing; it reports a failed background close.
+func (w *ShardedWriter) backgroundErr() error {
+	w.closeMu.Lock()
+	defer w.closeMu.Unlock()
+	return w.closeErr
+}
+
+// waitClosing waits for the background closes and reports their error.
+func (w *ShardedWriter) waitClosing() error {
+	w.closing.Wait()
+	return w.backgroundErr()
 }
 
 func (w *ShardedWriter) commitCur() error {
@@ -688,6 +722,9 @@ func (w *ShardedWriter) Close() ([]string, error) {
 	if w.err == nil && w.cur != nil {
 		w.commitCur() // the last streamed shard
 	}
+	if err := w.waitClosing(); err != nil {
+		w.fail(err)
+	}
 	if w.err == nil && w.plan != nil && len(w.plan) == 0 {
 		cw, err := w.startShard(0, 0)
 		if err == nil {
@@ -741,6 +778,7 @@ func (w *ShardedWriter) Abort() {
 }
 
 func (w *ShardedWriter) abort() {
+	w.waitClosing()
 	if w.cur != nil {
 		w.cur.Abort()
 		w.cur = nil
