@@ -56,8 +56,18 @@
 //
 // Create writes one file of n samples known up front and produces exactly
 // the bytes the reference writer produces. NewShardedWriter needs no n: it
-// rolls to a new file (PART_00000.ffr, ...) at a target size. Both write
-// through fs.FS Create: under a temporary name, synced, renamed into place
-// on success, so a crash never leaves a file that opens as a valid but
-// wrong dataset. A Writer belongs to one goroutine.
+// rolls to a new file (PART_00000.ffr, ...) at a target size; given every
+// sample's size in advance (ShardOptions.Sizes) it streams instead of
+// buffering a shard. Both write through fs.FS Create: under a temporary
+// name, synced, renamed into place on success (shards together, when the
+// sharded writer closes), so a crash never leaves a file that opens as a
+// valid but wrong dataset. WriterOptions.Align may start the data on a page
+// boundary (not the reference's bytes, read by every reader) so that
+// page-sized samples are single O_DIRECT reads.
+//
+// Samples can be appended from bytes (WriteOne), from a reader (WriteFrom,
+// WriteFromAt: copied once, straight into the output, checksummed on the
+// way), or reserved (Reserve: other goroutines fill the sample's space in
+// the output and report its CRC; samples land in reservation order). A
+// Writer belongs to one goroutine; Reserve's done callbacks may run on any.
 package ffrecord
