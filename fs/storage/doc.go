@@ -1,0 +1,64 @@
+// Package storage is the storage service of the ffkit cluster: it holds
+// several targets (directories on local disks), each the replica of one
+// chain, and replicates updates along the chains with CRAQ as 3FS does.
+//
+// # Chunk store (one per target)
+//
+// A chunk (ChunkID) has a committed version and at most one pending
+// version, each in its own file: <chunk id>.<version> when committed,
+// <chunk id>.<version>.p while pending (copy on write: an update copies
+// the committed file, in the kernel, and applies itself). A file is a
+// header (version, chain version, length, flags, a CRC32C per 4 KiB
+// block) followed, at HeaderSize, by the chunk's bytes; a read checks the
+// CRC of every block it touches, so a 4 KiB read is verified without
+// reading the chunk. On start a target keeps, per chunk, the newest
+// committed file and a pending file of a newer version whose header
+// verifies; everything else is a leftover and is removed.
+//
+// # Durability model
+//
+// An update's pending file and its directory entry are fsynced before
+// the update is acknowledged to anyone (the fsync runs while the update
+// travels down the chain; directory fsyncs of concurrent updates are
+// shared). Committing is a rename that is not fsynced: if a power loss
+// undoes it, the version comes back pending, and recovery commits it (a
+// head re-drives its pending versions; any other replica is resynced on
+// restart). So an acknowledged write survives kill -9 and power loss of
+// any replica, and is never rolled back. A write that does not fit fails
+// with ErrNoSpace ("no space left on target N"), leaving nothing pending.
+// CrashFS models a file system that loses everything not synced; the
+// durability tests run on it.
+//
+// # Chain replication
+//
+// The client writes to the chain head. The head takes the chunk's lock
+// (held until its local commit), finishes any pending version left over
+// from a crashed writer, assigns version = committed + 1, writes it
+// pending and forwards it to its successor, which does the same; the tail
+// commits first and the commits flow back, each hop checking that its
+// successor's version and whole-chunk checksum equal its own (and sending
+// the whole chunk when they differ: the predecessor's data wins). Every
+// hop rejects a request routed with another chain version. A syncing
+// successor always receives whole chunks. Client request ids are
+// remembered by every hop, so a retry is applied once even when it reaches
+// a new head. Reads go to any serving target; a chunk with a pending
+// version answers ErrNotCommitted.
+//
+// # Life cycle of a target
+//
+// A target starts in the restarting phase: it reports itself offline to
+// mgmtd until mgmtd's routing shows it is not serving, then reports
+// online; mgmtd makes it syncing and its predecessor resyncs it (every
+// chunk where the two disagree in any way is sent whole and committed;
+// chunks only the successor has are removed), then it reports up to date
+// and mgmtd makes it serving. A service that has not reached mgmtd for
+// half the fail timeout refuses every request and puts its targets back in
+// the restarting phase, so a partitioned replica never serves stale data.
+// A target whose disk fails an fsync, or that finds a corrupt chunk while
+// another replica serves, leaves its chain the same way and is repaired
+// by resync.
+//
+// Concurrency: a Service serves requests concurrently; per-chunk locks
+// order updates, target mutexes guard the chunk maps. Close stops every
+// goroutine it started.
+package storage
