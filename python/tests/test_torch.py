@@ -178,3 +178,28 @@ def test_fixed_size_samples_come_as_one_tensor(tmp_path):
         assert [int(r[0]) for r in s] == [i % 251 for i in idx]
         seen += idx
     assert sorted(seen) == list(range(1000))
+
+
+def test_rank_and_world_size_from_torch_distributed(gen):
+    import socket
+    import subprocess
+    import sys
+
+    path, n = gen
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    code = f"""
+import torch, torch.distributed as dist, ffkit
+dist.init_process_group("gloo", init_method="tcp://127.0.0.1:{port}", rank=0, world_size=1)
+L = ffkit.Loader({path!r}, batch_size=10)
+print(L.rank, L.world_size)
+dist.destroy_process_group()
+"""
+    import os
+
+    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE")}
+    env["RANK"], env["WORLD_SIZE"] = "3", "8"  # torch.distributed wins over the environment
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["0", "1"]
