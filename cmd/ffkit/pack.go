@@ -79,9 +79,10 @@ stderr is a terminal.`,
 	c.Flags().StringVarP(&f.out, "output", "o", "", "output: a .ffr file, or a directory of shards (required)")
 	c.Flags().StringVar(&f.shardSize, "shard-size", "256M", "target shard size for directory output (K, M, G suffixes)")
 	c.Flags().StringVar(&f.format, "format", "auto", "source format: auto, files, jsonl or tar")
-	c.Flags().IntVar(&f.workers, "workers", 8, "source read-ahead requests in flight (the writer reads each sample once, straight into the output)")
+	c.Flags().IntVar(&f.workers, "workers", 8, "sources read at once, each straight into its place in the output")
 	c.Flags().StringVar(&f.indexFormat, "index-format", "jsonl", "sidecar index format: jsonl or csv")
-	c.Flags().Int64Var(&f.align, "align", -1, "start each file's data at a multiple of this many bytes, so page-sized samples are each one O_DIRECT page read; 0 = the reference's layout (default: 0 for a .ffr file, 4096 for shards)")
+	c.Flags().Int64Var(&f.align, "align", -1, "start each file's data at a multiple of this many bytes, so page-sized samples are each one O_DIRECT page read; 0 = the reference's layout (auto: 0 for a .ffr file, 4096 for shards)")
+	c.Flags().Lookup("align").DefValue = "auto"
 	c.Flags().BoolVar(&f.force, "force", false, "replace an existing output")
 	c.Flags().StringVar(&f.cpuProfile, "cpuprofile", "", "write a CPU profile here")
 	c.Flags().MarkHidden("cpuprofile")
