@@ -34,7 +34,7 @@ const (
 	writeChunk = 4 << 20
 	writeDepth = 4
 	allocStep  = 64 << 20
-	maxLive    = 16
+	maxLive    = 8 // 32 MiB staged per writer at most
 )
 
 var chunkPool = sync.Pool{New: func() any { b := AlignedBuffer(writeChunk); return &b }}
