@@ -638,7 +638,33 @@ func (c *Client) readBatch(ctx context.Context, r *proto.Routing, reads []ChunkR
 // (committed ones; ErrNotCommitted-wrapped if any is pending), for
 // consistency checks: every serving replica of a chain must list the same.
 func (c *Client) ReplicaChunks(ctx context.Context, chain ChainID, target proto.TargetID, inode uint64) ([]proto.ChunkMeta, error) {
-	r := c.routing.Load()
+	var out []proto.ChunkMeta
+	err := c.routed(ctx, func(r *proto.Routing) error {
+		var err error
+		out, err = c.replicaChunks(ctx, r, chain, target, inode)
+		return err
+	})
+	return out, err
+}
+
+// routed runs fn, retrying briefly while the target's routing version
+// differs from ours (one of us has not seen the newest routing yet).
+func (c *Client) routed(ctx context.Context, fn func(r *proto.Routing) error) error {
+	for attempt := 0; ; attempt++ {
+		err := fn(c.routing.Load())
+		if err == nil || !errors.Is(err, proto.ErrRoutingVersion) || attempt >= 20 {
+			return err
+		}
+		select {
+		case <-time.After(25 * time.Millisecond):
+		case <-ctx.Done():
+			return err
+		}
+		c.refresh(ctx)
+	}
+}
+
+func (c *Client) replicaChunks(ctx context.Context, r *proto.Routing, chain ChainID, target proto.TargetID, inode uint64) ([]proto.ChunkMeta, error) {
 	ch, err := c.chain(r, chain)
 	if err != nil {
 		return nil, err
@@ -658,7 +684,16 @@ func (c *Client) ReplicaChunks(ctx context.Context, chain ChainID, target proto.
 // failover), for consistency checks and repair tests. It returns the bytes
 // stored there (fewer than n past the chunk's end).
 func (c *Client) ReadReplica(ctx context.Context, chain ChainID, target proto.TargetID, chunk ChunkID, off, n int64) ([]byte, error) {
-	r := c.routing.Load()
+	var out []byte
+	err := c.routed(ctx, func(r *proto.Routing) error {
+		var err error
+		out, err = c.readReplica(ctx, r, chain, target, chunk, off, n)
+		return err
+	})
+	return out, err
+}
+
+func (c *Client) readReplica(ctx context.Context, r *proto.Routing, chain ChainID, target proto.TargetID, chunk ChunkID, off, n int64) ([]byte, error) {
 	ch, err := c.chain(r, chain)
 	if err != nil {
 		return nil, err

@@ -223,3 +223,70 @@ func TestInprocFullDisk(t *testing.T) {
 		ref = m
 	}
 }
+
+// TestInprocTruncateRemoveList covers the rest of the chunk API and a
+// chunk removed while one replica was down: the returning replica drops it
+// in its resync.
+func TestInprocTruncateRemoveList(t *testing.T) {
+	c := startInproc(t)
+	ctx := context.Background()
+	cl, err := Dial(ctx, []string{c.m.Addr()}, Options{Token: "tok", RetryTimeout: 20 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	for i := uint64(0); i < 4; i++ {
+		if err := cl.WriteChunk(ctx, 1, ChunkID{Inode: 9, Index: i}, 0, bytes.Repeat([]byte{byte('a' + i)}, 10000)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := cl.TruncateChunk(ctx, 1, ChunkID{Inode: 9, Index: 1}, 100); err != nil {
+		t.Fatal(err)
+	}
+	if err := cl.TruncateChunk(ctx, 1, ChunkID{Inode: 9, Index: 2}, 20000); err != nil {
+		t.Fatal(err)
+	}
+	infos, err := cl.ListChunks(ctx, 1, 9)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fmt.Sprint(infos) != "[{0 10000} {1 100} {2 20000} {3 10000}]" {
+		t.Fatalf("list: %v", infos)
+	}
+	rd := []ChunkRead{{Chain: 1, Chunk: ChunkID{Inode: 9, Index: 2}, Off: 9998, Buf: make([]byte, 4)}}
+	if err := cl.ReadChunks(ctx, rd); err != nil || string(rd[0].Buf) != "cc\x00\x00" || rd[0].N != 4 {
+		t.Fatalf("read across the extended end: %v %q n=%d", err, rd[0].Buf, rd[0].N)
+	}
+	// One replica goes down; chunks 2 and 3 are removed meanwhile.
+	down := cl.Routing().Chain(1).Targets[2]
+	c.storages[down.Node-1].Close()
+	if err := cl.RemoveChunks(ctx, 1, 9, 2); err != nil {
+		t.Fatal(err)
+	}
+	if infos, err = cl.ListChunks(ctx, 1, 9); err != nil || fmt.Sprint(infos) != "[{0 10000} {1 100}]" {
+		t.Fatalf("after remove: %v %v", infos, err)
+	}
+	rd = []ChunkRead{{Chain: 1, Chunk: ChunkID{Inode: 9, Index: 3}, Buf: make([]byte, 10)}}
+	if err := cl.ReadChunks(ctx, rd); err != nil || rd[0].N != 0 || string(rd[0].Buf) != string(make([]byte, 10)) {
+		t.Fatalf("removed chunk read: %v n=%d", err, rd[0].N)
+	}
+	v0 := c.m.Routing().Chain(1).Version
+	c.storages[down.Node-1] = startStorage(t, c.dir, int(down.Node), c.m.Addr())
+	deadline := time.Now().Add(10 * time.Second)
+	for !c.m.Ready() || c.m.Routing().Chain(1).Version < v0+2 {
+		if time.Now().After(deadline) {
+			t.Fatalf("replica not back: %v", c.m.Routing().Chains)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	cl.Refresh(ctx)
+	for _, tg := range cl.Routing().Chain(1).Readable() {
+		m, err := cl.ReplicaChunks(ctx, 1, tg.ID, 9)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(m) != 2 {
+			t.Fatalf("target %d lists %v after resync", tg.ID, m)
+		}
+	}
+}
