@@ -43,6 +43,11 @@
 //
 //	st := c.Routing()             // the current routing snapshot (for status)
 //
+//	// Consistency checks (fsck, tests): one replica's chunk list, or bytes,
+//	// without failover.
+//	metas, err := c.ReplicaChunks(ctx, chain, targetID, inode)
+//	b, err := c.ReadReplica(ctx, chain, targetID, id, off, n)
+//
 // Errors: every method retries through reconfiguration (a dead or
 // restarting storage service, a routing change) for Options.RetryTimeout
 // (default 60 s) and then fails with an error that errors.Is
