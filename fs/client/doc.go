@@ -28,7 +28,9 @@
 //	// completely; bytes past a chunk's stored length are zero and N reports
 //	// how many bytes came from stored data. Requests are grouped per storage
 //	// service, neighbouring ranges of one chunk merged into one read, with
-//	// bounded requests in flight per service, and fail over to another replica.
+//	// bounded requests in flight per service, and fail over to another replica
+//	// (a service that just failed is avoided for 2 s). Reply data is received
+//	// straight into the callers' buffers.
 //	reads := []client.ChunkRead{{Chain: chain, Chunk: id, Off: 0, Buf: buf}}
 //	err = c.ReadChunks(ctx, reads)   // reads[i].N set on return
 //
