@@ -229,13 +229,17 @@ func (h *readHandle) Read(_ context.Context, dest []byte, off int64) (gofuse.Rea
 		return gofuse.ReadResultData(nil), 0
 	}
 	want := int(min(int64(len(dest)), size-off))
+	s.stats.readBytes.Add(int64(want))
+	if h.ra != nil {
+		if rr, ok := h.ra.result(off, want); ok {
+			s.stats.raHits.Add(1)
+			return rr, 0
+		}
+	}
 	buf := dest[:want]
-	if h.ra != nil && h.ra.read(buf, off) {
-		s.stats.raHits.Add(1)
-	} else if err := s.readAt(h.f, buf, off); err != nil {
+	if err := s.readAt(h.f, buf, off); err != nil {
 		return nil, s.errno(err)
 	}
-	s.stats.readBytes.Add(int64(want))
 	return gofuse.ReadResultData(buf), 0
 }
 

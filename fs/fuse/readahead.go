@@ -5,6 +5,8 @@ import (
 	"sync"
 	"unsafe"
 
+	gofuse "github.com/hanwen/go-fuse/v2/fuse"
+
 	"github.com/ffkit/ffkit/fs"
 )
 
@@ -57,14 +59,16 @@ func newReadahead(s *Server, f fs.File) *readahead {
 	}
 }
 
-// read fills buf from the window if the access is sequential and the
-// window covers it; false means the caller must read it itself.
-func (ra *readahead) read(buf []byte, off int64) bool {
-	end := off + int64(len(buf))
+// result returns bytes [off, off+n) from the window if the access is
+// sequential and the window covers it; false means the caller must read
+// them itself. The result points into the read-ahead blocks (no copy):
+// they stay allocated until go-fuse has sent the reply and calls Done.
+func (ra *readahead) result(off int64, n int) (gofuse.ReadResult, bool) {
+	end := off + int64(n)
 	ra.mu.Lock()
 	if ra.closed {
 		ra.mu.Unlock()
-		return false
+		return nil, false
 	}
 	first := off / ra.bs * ra.bs
 	_, inWindow := ra.blocks[first]
@@ -85,7 +89,7 @@ func (ra *readahead) read(buf []byte, off int64) bool {
 	}
 	if ra.streak < 2 && !inWindow {
 		ra.mu.Unlock()
-		return false
+		return nil, false
 	}
 	// Drop blocks wholly behind the one before this read (kernel reads
 	// may arrive slightly out of order, so keep one behind).
@@ -109,40 +113,78 @@ func (ra *readahead) read(buf []byte, off int64) bool {
 		if !ok {
 			for _, b := range need {
 				b.readers--
+				ra.maybeFreeLocked(b)
 			}
 			ra.mu.Unlock()
-			return false
+			return nil, false
 		}
 		b.readers++
 		need = append(need, b)
 	}
 	ra.mu.Unlock()
 
-	ok := true
+	r := &raResult{ra: ra, blocks: need, size: n}
 	for _, b := range need {
 		<-b.done
 		if b.err != nil {
-			ok = false
-			continue
+			r.fail()
+			return nil, false
 		}
-		if ok {
-			lo := max(off, b.off)
-			hi := min(end, b.off+int64(len(b.buf)))
-			if hi > lo {
-				copy(buf[lo-off:hi-off], b.buf[lo-b.off:hi-b.off])
-			}
+		lo := max(off, b.off)
+		hi := min(end, b.off+int64(len(b.buf)))
+		if hi <= lo {
+			r.fail()
+			return nil, false
 		}
+		r.slices = append(r.slices, b.buf[lo-b.off:hi-b.off])
 	}
+	return r, true
+}
+
+// raResult is a FUSE read reply made of slices of read-ahead blocks. It
+// implements go-fuse's vectored result (Slices), so the reply is written
+// with writev straight from the blocks, which are released by Done.
+type raResult struct {
+	ra     *readahead
+	blocks []*raBlock
+	slices [][]byte
+	size   int
+	once   sync.Once
+}
+
+var _ gofuse.ReadResult = (*raResult)(nil)
+
+func (r *raResult) Size() int { return r.size }
+
+func (r *raResult) Slices() ([][]byte, gofuse.Status) { return r.slices, gofuse.OK }
+
+func (r *raResult) Bytes(buf []byte) ([]byte, gofuse.Status) {
+	if len(buf) < r.size {
+		buf = make([]byte, r.size)
+	}
+	n := 0
+	for _, s := range r.slices {
+		n += copy(buf[n:], s)
+	}
+	return buf[:n], gofuse.OK
+}
+
+func (r *raResult) Done() { r.once.Do(func() { r.ra.release(r.blocks, false) }) }
+
+// fail releases the blocks of a result that cannot be served; failed
+// blocks are dropped so that the next read fetches them again.
+func (r *raResult) fail() { r.once.Do(func() { r.ra.release(r.blocks, true) }) }
+
+func (ra *readahead) release(blocks []*raBlock, dropFailed bool) {
 	ra.mu.Lock()
-	for _, b := range need {
+	defer ra.mu.Unlock()
+	for _, b := range blocks {
 		b.readers--
-		if b.err != nil {
-			ra.dropLocked(b) // refetch on the next try
+		if dropFailed && b.err != nil {
+			ra.dropLocked(b)
 		}
 		ra.maybeFreeLocked(b)
 	}
-	ra.mu.Unlock()
-	return ok
 }
 
 // startLocked starts fetching the block at off; false if the mount's
