@@ -276,9 +276,9 @@ def main():
           f"{a.rounds} rounds, load average {load:.1f} on {os.cpu_count()} CPUs")
     print("best figure of the rounds:")
     for name, v in best.items():
-        print(f"  {name:14s} {v:12.0f} samples/s  {v * a.size / 2**20:9.1f} MiB/s")
+        print(f"  {name:18s} {v:12.0f} samples/s  {v * a.size / 2**20:9.1f} MiB/s")
     for name, v in CPU.items():
-        print(f"  {name:14s} {v:12.0f} samples per CPU-second (engine helper included)")
+        print(f"  {name:18s} {v:12.0f} samples per CPU-second (engine helper included)")
     print("ratios: median over rounds of the ratio within each round")
     for k, v in result["ratios"].items():
         print(f"  {k:52s} {v:.2f}")
