@@ -889,7 +889,7 @@ func (r *runner) runTask(ctx context.Context, name, dest string, fn taskFn) (mar
 	r.mu.Unlock()
 	if r.direct {
 		// nothing to resume
-	} else if m, ok := r.readMarker(ctx, name); ok {
+	} else if m, ok := r.readMarker(ctx, name); ok && r.filesExist(ctx, dest, m.Files) {
 		r.mu.Lock()
 		r.sum.TasksSkipped++
 		r.mu.Unlock()
@@ -910,6 +910,21 @@ func (r *runner) runTask(ctx context.Context, name, dest string, fn taskFn) (mar
 		r.sum.Retries++
 		r.mu.Unlock()
 	}
+}
+
+// filesExist reports whether a marker's files are all still in dest (a
+// task whose output was deleted by hand runs again).
+func (r *runner) filesExist(ctx context.Context, dest string, files []string) bool {
+	for _, f := range files {
+		fsys, inner, err := fs.Resolve(ctx, fs.Join(dest, f))
+		if err != nil {
+			return false
+		}
+		if _, err := fsys.Stat(ctx, inner); err != nil {
+			return false
+		}
+	}
+	return true
 }
 
 // failTaskForTesting, when set, makes attempts of the named task fail.

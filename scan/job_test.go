@@ -341,6 +341,15 @@ func TestRerunSkipsPublishedTasksAndChangedJobReplaces(t *testing.T) {
 	if again.TasksSkipped != again.Tasks || again.Tasks != 5 || again.RowsOut != first.RowsOut {
 		t.Fatalf("rerun: %+v", again)
 	}
+	// a published file deleted by hand: its task runs again
+	os.Remove(filepath.Join(out, "part-00003.parquet"))
+	again, err = Run(bg, job)
+	if err != nil || again.TasksSkipped != 4 {
+		t.Fatalf("rerun after a deleted part: %+v %v", again, err)
+	}
+	if _, err := os.Stat(filepath.Join(out, "part-00003.parquet")); err != nil {
+		t.Fatal(err)
+	}
 	// a changed job (fewer partitions, another filter) replaces everything
 	job.Partitions, job.Where = 2, "k >= 50"
 	changed, err := Run(bg, job)
