@@ -44,10 +44,25 @@
 // memory belongs to Python alone and lives as long as Python maps it; nothing
 // ever reuses it, which keeps arrays valid in forked children too.
 //
-// A loader's ring is one memfd of fixed slots shared for the loader's life.
-// A slot is lent to Python with each batch and returns to the engine when
-// Python lists it in the "release" field of a later request; until then the
-// engine never writes it.
+// A loader's ring is one memfd mapped once by both sides, laid out as
+//
+//	+---------------------------+-----------+-----------+-----+
+//	| release board (4 KiB):    | slot 0    | slot 1    | ... |
+//	| u32 per slot, little-end. | slot size | slot size |     |
+//	+---------------------------+-----------+-----------+-----+
+//
+// The Go loader reads each batch straight into a free slot (a loader.Arena
+// over the ring). "loader_stream" turns its connection into a one-way
+// stream: the engine writes one reply frame per batch as soon as it is
+// ready, naming the slot, a lend number, the sample indices and each
+// sample's [start, end) in the slot. The slot is lent to Python until
+// Python writes the lend number into the slot's board word (no request, no
+// system call); the engine reads the board before each batch and, when no
+// slot is free, every 100 µs. The ring's slot count (prefetch + hold +
+// ahead) bounds how far the stream runs ahead. Python stops a stream by
+// closing its connection, then sends "loader_reclaim" with the slots it
+// still holds: every other lent slot comes back (batches that were in the
+// socket), after the stream has stopped.
 //
 // Concurrency: Server is safe for concurrent connections; each handle
 // serialises its own state with a mutex.
