@@ -263,6 +263,7 @@ def main():
             "ffkit.Loader / go-loader (samples per CPU-second)": CPU["ffkit.Loader"] / CPU["go-loader"],
         },
         "samples_per_cpu_s": dict(CPU),
+        "cpu_us_per_batch_over_go": (1 / CPU["ffkit.Loader"] - 1 / CPU["go-loader"]) * a.batch_size * 1e6,
         "engine_roundtrip_us": rt,
     }
     if have_torch:
@@ -283,6 +284,10 @@ def main():
     for k, v in result["ratios"].items():
         print(f"  {k:52s} {v:.2f}")
     per_batch = a.batch_size / py * 1e6
+    extra = (1 / CPU["ffkit.Loader"] - 1 / CPU["go-loader"]) * a.batch_size * 1e6
+    extra_v = (1 / CPU["ffkit.Loader+views"] - 1 / CPU["go-loader"]) * a.batch_size * 1e6
+    print(f"  CPU cost per batch of the Python front end (helper + Python) over the Go loader alone: "
+          f"{extra:.0f} us, {extra_v:.0f} us with per-sample views")
     print(f"  engine cost per batch: the loader streams batches (no request per batch); a request round trip "
           f"costs {rt:.0f} us, a batch takes {per_batch:.0f} us at the Loader's rate")
 
