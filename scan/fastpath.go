@@ -105,7 +105,8 @@ var errDecline = errors.New("fast path declined")
 func (pf *File) fastRead(rg, col int, lo, hi int64) (arr arrow.Array, err error) {
 	g, err := pf.pqFile()
 	if err != nil {
-		return nil, err
+		// parquet-go refused a footer arrow-go accepted: let pqarrow read it
+		return nil, errDecline
 	}
 	defer func() {
 		if r := recover(); r != nil {
