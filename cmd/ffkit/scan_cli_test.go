@@ -9,7 +9,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 
 	_ "github.com/duckdb/duckdb-go/v2"
@@ -17,28 +16,19 @@ import (
 
 // CLI tests of ffkit scan: the built binary, as a user runs it.
 
-var (
-	scanBinOnce sync.Once
-	scanBin     string
-	scanBinErr  error
-)
+// scanBin is the binary TestScanCLI built (in its temporary directory).
+var scanBin string
+
+func buildScanBin(t *testing.T) {
+	t.Helper()
+	scanBin = filepath.Join(t.TempDir(), "ffkit")
+	if out, err := exec.Command("go", "build", "-o", scanBin, ".").CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+}
 
 func scanCLI(t *testing.T, args ...string) (stdout, stderr string, code int) {
 	t.Helper()
-	scanBinOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "ffkit-scantest-")
-		if err != nil {
-			scanBinErr = err
-			return
-		}
-		scanBin = filepath.Join(dir, "ffkit")
-		if out, err := exec.Command("go", "build", "-o", scanBin, ".").CombinedOutput(); err != nil {
-			scanBinErr = fmt.Errorf("go build: %v\n%s", err, out)
-		}
-	})
-	if scanBinErr != nil {
-		t.Fatal(scanBinErr)
-	}
 	cmd := exec.Command(scanBin, args...)
 	var o, e bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &o, &e
@@ -52,6 +42,7 @@ func scanCLI(t *testing.T, args ...string) (stdout, stderr string, code int) {
 }
 
 func TestScanCLI(t *testing.T) {
+	buildScanBin(t)
 	dir := t.TempDir()
 	in := filepath.Join(dir, "in.parquet")
 	db, err := sql.Open("duckdb", "")
