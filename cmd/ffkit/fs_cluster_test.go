@@ -206,7 +206,33 @@ func TestClusterEndToEnd(t *testing.T) {
 	os.WriteFile(filepath.Join(src, "tree", "big.bin"), big, 0o644)
 	os.WriteFile(filepath.Join(src, "tree", "sub", "small.txt"), []byte("hello\n"), 0o644)
 	u.must(t, "fs", "mkdir", U+"/up")
+	df0 := dfCheck(t, u, U)
 	u.must(t, "fs", "put", filepath.Join(src, "tree"), U+"/up")
+	// Storage services report their targets' use in every heartbeat: df
+	// shows the file's bytes on every replica (3 x size, over the targets
+	// of the chains its chunks went to) within a few heartbeats.
+	want := df0.Used + 3*int64(len(big))
+	deadline := time.Now().Add(15 * time.Second)
+	df1 := dfCheck(t, u, U)
+	for df1.Used < want && time.Now().Before(deadline) {
+		time.Sleep(200 * time.Millisecond)
+		df1 = dfCheck(t, u, U)
+	}
+	if df1.Used < want {
+		t.Fatalf("df: used %d after writing %d bytes x 3 replicas, want >= %d (before: %d)", df1.Used, len(big), want, df0.Used)
+	}
+	grew := 0
+	for i, tg := range df1.Targets {
+		if tg.ID == df0.Targets[i].ID && tg.Used > df0.Targets[i].Used {
+			grew++
+		}
+	}
+	if grew < 3 {
+		t.Fatalf("df: the use of only %d targets grew: %+v", grew, df1.Targets)
+	}
+	if out := u.must(t, "fs", "df", U); !strings.Contains(out, "CAPACITY") || !strings.Contains(out, "total") {
+		t.Fatalf("df output:\n%s", out)
+	}
 	var rows []fileRow
 	if err := json.Unmarshal([]byte(u.must(t, "--json", "fs", "ls", U+"/up/tree")), &rows); err != nil {
 		t.Fatal(err)
@@ -230,11 +256,7 @@ func TestClusterEndToEnd(t *testing.T) {
 		t.Fatal("rm of a non-empty directory succeeded")
 	}
 	u.must(t, "fs", "rm", "-r", U+"/up/tree")
-	var df dfReport
-	if err := json.Unmarshal([]byte(u.must(t, "--json", "fs", "df", U)), &df); err != nil {
-		t.Fatal(err)
-	}
-	if df.Files != 1 || df.Bytes != int64(len(big)) || df.Stored != 3*int64(len(big)) || len(df.Targets) != 6 {
+	if df := dfCheck(t, u, U); df.Files != 1 || df.Bytes != int64(len(big)) {
 		t.Fatalf("df: %+v", df)
 	}
 
@@ -280,6 +302,31 @@ func TestClusterEndToEnd(t *testing.T) {
 	if b, _ := os.ReadFile(got); !bytes.Equal(b, big) {
 		t.Fatal("a file written after the kill reads back different")
 	}
+}
+
+// dfCheck runs `fs df --json` and checks what holds at any time: six
+// targets, each with a measured capacity, free <= capacity, and totals
+// that add up.
+func dfCheck(t *testing.T, u *upCluster, url string) dfReport {
+	t.Helper()
+	var df dfReport
+	if err := json.Unmarshal([]byte(u.must(t, "--json", "fs", "df", url)), &df); err != nil {
+		t.Fatal(err)
+	}
+	if len(df.Targets) != 6 || df.Capacity <= 0 || df.Free > df.Capacity {
+		t.Fatalf("df: %+v", df)
+	}
+	var used int64
+	for _, tg := range df.Targets {
+		if tg.Capacity <= 0 || tg.Free < 0 || tg.Free > tg.Capacity || tg.Used < 0 || tg.Chain == 0 || tg.State != "serving" || tg.AgeSec < 0 {
+			t.Fatalf("df: target %+v", tg)
+		}
+		used += tg.Used
+	}
+	if used != df.Used {
+		t.Fatalf("df: total used %d, targets sum to %d", df.Used, used)
+	}
+	return df
 }
 
 func metaKillTest(t *testing.T, u *upCluster) {

@@ -416,37 +416,55 @@ under its own name. Each file is written under a temporary name and renamed
 when complete. With --json: {"files","dirs","bytes","seconds"}.`)
 }
 
-// dfTarget is one row of df.
+// dfTarget is one row of df: a storage target's space as its storage
+// service last reported it to mgmtd (every heartbeat).
 type dfTarget struct {
-	Chain proto.ChainID     `json:"chain"`
 	ID    proto.TargetID    `json:"target"`
 	Node  proto.NodeID      `json:"node"`
 	Addr  string            `json:"addr"`
+	Chain proto.ChainID     `json:"chain"` // 0: in no chain
 	State proto.PublicState `json:"state"`
-	// Used is the file bytes stored on this target (every target of a
-	// chain holds the same chunks).
+	// Capacity and Free are the target's file system's (0: not reported).
+	Capacity int64 `json:"capacity_bytes"`
+	// Used is the bytes of chunk data the target holds (committed).
 	Used int64 `json:"used_bytes"`
+	Free int64 `json:"free_bytes"`
+	// UsePct is the file system's fill, 100*(capacity-free)/capacity, as
+	// df(1) shows it (the disk may hold more than ffkit's chunks).
+	UsePct float64 `json:"use_pct"`
+	FS     string  `json:"fs,omitempty"`
+	// AgeSec is how old the report is (seconds); -1 if none was received.
+	AgeSec float64 `json:"age_s"`
 }
 
 type dfReport struct {
-	Cluster string     `json:"cluster"`
-	Files   int        `json:"files"`
-	Bytes   int64      `json:"bytes"`   // logical file bytes
-	Stored  int64      `json:"stored"`  // bytes on all targets (bytes x replicas)
-	Targets []dfTarget `json:"targets"` // per target, in chain order
-	Note    string     `json:"note,omitempty"`
+	Cluster string `json:"cluster"`
+	Files   int    `json:"files"` // published files (from the metadata)
+	Bytes   int64  `json:"bytes"` // their logical bytes
+	// Totals over targets. Capacity and Free count each file system once
+	// (targets sharing a disk report the same one); Used sums the targets.
+	Capacity int64      `json:"capacity_bytes"`
+	Used     int64      `json:"used_bytes"`
+	Free     int64      `json:"free_bytes"`
+	UsePct   float64    `json:"use_pct"`
+	Targets  []dfTarget `json:"targets"` // by chain, then chain order
 }
 
 func newFSDfCmd() *cobra.Command {
 	c := &cobra.Command{
 		Use:   "df ffkit://HOST:PORT",
-		Short: "Show the use of every storage target of a cluster",
-		Long: `Show, for every storage target (in chain order), its chain, node, address,
-state and the file bytes it holds, with the totals: files, logical bytes and
-stored bytes (logical x replicas). The use is computed from the metadata
-(every file's length and layout), so it counts published files only.
-With --json: {"cluster","files","bytes","stored","targets":[{"chain",
-"target","node","addr","state","used_bytes"}]}.`,
+		Short: "Show the capacity and use of every storage target of a cluster",
+		Long: `Show, for every storage target: its id, node, chain, state, the capacity of
+its file system, the bytes its chunks use, the bytes free, and the file
+system's use% (100*(capacity-free)/capacity, as df(1)); then the totals.
+Storage services measure their targets (statfs) and report them to mgmtd in
+every heartbeat, so the figures are at most a heartbeat old. Total capacity
+and free count each file system once (targets sharing a disk report the same
+one); total used sums the targets (every replica counts). The file count and
+logical bytes come from the metadata (published files).
+With --json: {"cluster","files","bytes","capacity_bytes","used_bytes",
+"free_bytes","use_pct","targets":[{"target","node","addr","chain","state",
+"capacity_bytes","used_bytes","free_bytes","use_pct","fs","age_s"}]}.`,
 		Args: cobra.ExactArgs(1),
 	}
 	tf := tokenFlag(c)
@@ -472,20 +490,51 @@ With --json: {"cluster","files","bytes","stored","targets":[{"chain",
 			return printJSON(rep)
 		}
 		w := human()
-		fmt.Fprintf(w, "%-6s %-7s %-5s %-22s %-8s %14s\n", "CHAIN", "TARGET", "NODE", "ADDR", "STATE", "USED")
+		fmt.Fprintf(w, "%-7s %-5s %-6s %-8s %10s %10s %10s %5s\n", "TARGET", "NODE", "CHAIN", "STATE", "CAPACITY", "USED", "FREE", "USE%")
 		for _, t := range rep.Targets {
-			fmt.Fprintf(w, "%-6d %-7d %-5d %-22s %-8s %14d\n", t.Chain, t.ID, t.Node, t.Addr, t.State, t.Used)
+			fmt.Fprintf(w, "%-7d %-5d %-6d %-8s %10s %10s %10s %5s\n", t.ID, t.Node, t.Chain, t.State, dfSize(t.Capacity), dfBytes(t.Used), dfSize(t.Free), dfPct(t.Capacity, t.UsePct))
 		}
-		fmt.Fprintf(w, "%d files, %d bytes, %d bytes stored on all targets\n", rep.Files, rep.Bytes, rep.Stored)
+		fmt.Fprintf(w, "%-7s %-5s %-6s %-8s %10s %10s %10s %5s\n", "total", "", "", "", dfSize(rep.Capacity), dfBytes(rep.Used), dfSize(rep.Free), dfPct(rep.Capacity, rep.UsePct))
+		fmt.Fprintf(w, "%d files, %s logical\n", rep.Files, dfBytes(rep.Bytes))
 		return nil
 	}
 	return c
 }
 
-// diskUse walks the namespace and sums every file's chunk bytes per chain.
+func dfBytes(n int64) string { return strings.ReplaceAll(dfHuman(n), " ", "") }
+
+func dfSize(n int64) string {
+	if n <= 0 {
+		return "-"
+	}
+	return dfBytes(n)
+}
+
+func dfPct(capacity int64, pct float64) string {
+	if capacity <= 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.0f%%", pct)
+}
+
+// dfHuman formats n bytes with a binary unit (B, KiB, MiB, GiB, TiB).
+func dfHuman(n int64) string {
+	const unit = 1024
+	if n < unit {
+		return fmt.Sprintf("%d B", n)
+	}
+	f, u := float64(n), 0
+	units := []string{"KiB", "MiB", "GiB", "TiB", "PiB"}
+	for f /= unit; f >= unit && u < len(units)-1; f /= unit {
+		u++
+	}
+	return fmt.Sprintf("%.1f %s", f, units[u])
+}
+
+// diskUse counts the published files and their bytes (walking the
+// namespace) and asks mgmtd for every target's space.
 func diskUse(ctx context.Context, f *clusterfs.FS) (*dfReport, error) {
 	rep := &dfReport{Cluster: f.String(), Targets: []dfTarget{}}
-	perChain := map[proto.ChainID]int64{}
 	var mu sync.Mutex
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(8)
@@ -515,11 +564,6 @@ func diskUse(ctx context.Context, f *clusterfs.FS) (*dfReport, error) {
 				defer mu.Unlock()
 				rep.Files++
 				rep.Bytes += n.Size
-				if l := n.Layout; l != nil && l.ChunkSize > 0 && len(l.Chains) > 0 {
-					for idx := int64(0); idx*l.ChunkSize < n.Size; idx++ {
-						perChain[l.Chain(uint64(idx))] += min(l.ChunkSize, n.Size-idx*l.ChunkSize)
-					}
-				}
 				return nil
 			})
 		}
@@ -532,14 +576,58 @@ func diskUse(ctx context.Context, f *clusterfs.FS) (*dfReport, error) {
 	if err := g.Wait(); err != nil {
 		return nil, err
 	}
-	r := f.Chunks().Routing()
+	st, err := f.Chunks().Status(ctx)
+	if err != nil {
+		return nil, err
+	}
+	r := st.Routing
+	space := map[proto.TargetID]proto.TargetUsage{}
+	for _, u := range st.Targets {
+		space[u.ID] = u
+	}
+	row := func(id proto.TargetID, node proto.NodeID, chain proto.ChainID, state proto.PublicState) dfTarget {
+		t := dfTarget{ID: id, Node: node, Addr: r.NodeAddr(node), Chain: chain, State: state, AgeSec: -1}
+		if u, ok := space[id]; ok {
+			t.Capacity, t.Used, t.Free, t.FS = u.Capacity, u.Used, u.Free, u.FS
+			t.AgeSec = time.Since(time.Unix(0, u.Reported)).Seconds()
+			if t.Capacity > 0 {
+				t.UsePct = 100 * float64(t.Capacity-t.Free) / float64(t.Capacity)
+			}
+		}
+		return t
+	}
+	inChain := map[proto.TargetID]bool{}
 	for _, ch := range r.Chains {
 		for _, t := range ch.Targets {
-			rep.Targets = append(rep.Targets, dfTarget{Chain: ch.ID, ID: t.ID, Node: t.Node, Addr: r.NodeAddr(t.Node), State: t.State, Used: perChain[ch.ID]})
-			rep.Stored += perChain[ch.ID]
+			inChain[t.ID] = true
+			rep.Targets = append(rep.Targets, row(t.ID, t.Node, ch.ID, t.State))
+		}
+	}
+	for _, u := range st.Targets {
+		if !inChain[u.ID] {
+			rep.Targets = append(rep.Targets, row(u.ID, u.Node, 0, ""))
 		}
 	}
 	sort.SliceStable(rep.Targets, func(i, j int) bool { return rep.Targets[i].Chain < rep.Targets[j].Chain })
-	rep.Note = "capacity is not reported: storage services do not publish their free space"
+	type fsKey struct {
+		node proto.NodeID
+		fs   string
+	}
+	seen := map[fsKey]bool{}
+	for _, t := range rep.Targets {
+		rep.Used += t.Used
+		k := fsKey{t.Node, t.FS}
+		if t.FS == "" {
+			k.fs = fmt.Sprintf("target-%d", t.ID) // unknown: count it alone
+		}
+		if t.Capacity > 0 && !seen[k] {
+			seen[k] = true
+			rep.Capacity += t.Capacity
+			rep.Free += t.Free
+		}
+	}
+	if rep.Capacity > 0 {
+		rep.UsePct = 100 * float64(rep.Capacity-rep.Free) / float64(rep.Capacity)
+	}
 	return rep, nil
 }

@@ -20,6 +20,8 @@ type fsStatus struct {
 	ChunkSize      int64         `json:"chunk_size"`
 	Chains         []proto.Chain `json:"chains"`
 	Nodes          []proto.Node  `json:"nodes"`
+	// Space is every target's latest space report (see fs df).
+	Space []proto.TargetUsage `json:"space"`
 }
 
 func newFSStatusCmd() *cobra.Command {
@@ -32,7 +34,9 @@ func newFSStatusCmd() *cobra.Command {
 for each chain, its version and its targets in chain order (head first)
 with their storage node and state (serving, syncing, waiting, lastsrv,
 offline). With --json: {"routing_version": N, "chains": [{"id", "version",
-"targets": [{"id", "node", "state"}]}], "nodes": [{"id", "addr"}]}.`,
+"targets": [{"id", "node", "state"}]}], "nodes": [{"id", "addr"}],
+"space": [{"id", "node", "used", "capacity", "free", "fs", "reported_ns"}]}
+(space: each target's latest heartbeat report; see fs df).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if cluster == "" {
@@ -52,8 +56,12 @@ offline). With --json: {"routing_version": N, "chains": [{"id", "version",
 				return err
 			}
 			defer cl.Close()
-			r := cl.Routing()
-			st := fsStatus{Cluster: "ffkit://" + auth, RoutingVersion: r.Version, ChunkSize: r.ChunkSize, Chains: r.Chains, Nodes: r.Nodes}
+			sr, err := cl.Status(ctx)
+			if err != nil {
+				return err
+			}
+			r := sr.Routing
+			st := fsStatus{Cluster: "ffkit://" + auth, RoutingVersion: r.Version, ChunkSize: r.ChunkSize, Chains: r.Chains, Nodes: r.Nodes, Space: sr.Targets}
 			if st.Chains == nil {
 				st.Chains = []proto.Chain{}
 			}

@@ -166,6 +166,33 @@ func (c *Client) refresh(ctx context.Context) error {
 	return fmt.Errorf("%w: mgmtd unreachable: %w", fs.ErrUnavailable, errors.Join(errs...))
 }
 
+// Status asks mgmtd (any of its addresses) for the routing and the latest
+// space report of every storage target (capacity, free, bytes used by
+// chunks), as the storage services sent them in their heartbeats.
+func (c *Client) Status(ctx context.Context) (*proto.StatusResp, error) {
+	var errs []error
+	for _, addr := range c.mgmtd {
+		actx, cancel := context.WithTimeout(ctx, min(c.opts.RequestTimeout, 3*time.Second))
+		conn, err := c.pool.Get(actx, addr)
+		if err == nil {
+			var st proto.StatusResp
+			if _, err = conn.Call(actx, proto.MStatus, struct{}{}, nil, &st); err == nil {
+				cancel()
+				if st.Routing != nil {
+					c.setRouting(st.Routing)
+				}
+				return &st, nil
+			}
+			if errors.Is(err, context.DeadlineExceeded) {
+				c.pool.Drop(addr)
+			}
+		}
+		cancel()
+		errs = append(errs, fmt.Errorf("%s: %w", addr, err))
+	}
+	return nil, fmt.Errorf("%w: mgmtd unreachable: %w", fs.ErrUnavailable, errors.Join(errs...))
+}
+
 func (c *Client) setRouting(r *proto.Routing) {
 	for {
 		old := c.routing.Load()

@@ -44,6 +44,7 @@
 //	infos, err := c.ListChunks(ctx, chain, inode)
 //
 //	st := c.Routing()             // the current routing snapshot (for status)
+//	sp, err := c.Status(ctx)      // routing + per-target capacity/free/used (df)
 //
 //	// Consistency checks (fsck, tests): one replica's chunk list, or bytes,
 //	// without failover.

@@ -1,11 +1,13 @@
 package mgmtd
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
 	"log"
 	"maps"
+	"slices"
 	"sync"
 	"time"
 
@@ -108,6 +110,8 @@ type nodeState struct {
 	NodeView
 	hbVersion uint64
 	metrics   string
+	// space is the latest space report of each of the node's targets.
+	space map[proto.TargetID]proto.TargetUsage
 }
 
 // Server is a running mgmtd.
@@ -248,6 +252,10 @@ func (s *Server) handle(ctx context.Context, req *transport.Request) (any, [][]b
 		r := s.Routing()
 		s.addMeta(ctx, r)
 		return r, nil, nil
+	case proto.MStatus:
+		r := s.Routing()
+		s.addMeta(ctx, r)
+		return proto.StatusResp{Routing: r, Targets: s.Space()}, nil, nil
 	}
 	return nil, nil, fmt.Errorf("%w: mgmtd has no method %d", proto.ErrBadRequest, req.Method)
 }
@@ -278,8 +286,11 @@ func (s *Server) heartbeat(ctx context.Context, hb *proto.HeartbeatReq) (any, []
 	n.LastHB = time.Now()
 	n.metrics = hb.Metrics
 	n.Targets = map[proto.TargetID]proto.LocalState{}
+	n.space = map[proto.TargetID]proto.TargetUsage{}
+	now := time.Now().UnixNano()
 	for _, t := range hb.Targets {
 		n.Targets[t.ID] = t.State
+		n.space[t.ID] = proto.TargetUsage{ID: t.ID, Node: hb.Node, Used: t.Used, Capacity: t.Capacity, Free: t.Free, FS: t.FS, Reported: now}
 		s.targets[t.ID] = hb.Node
 	}
 	if n.Addr != hb.Addr || s.routing.NodeAddr(hb.Node) != hb.Addr {
@@ -293,6 +304,22 @@ func (s *Server) heartbeat(ctx context.Context, hb *proto.HeartbeatReq) (any, []
 		return proto.HeartbeatResp{}, nil, nil
 	}
 	return proto.HeartbeatResp{Routing: r}, nil, nil
+}
+
+// Space returns the latest space report of every target heard from since
+// this mgmtd started, by target id. It lives in memory only: every
+// heartbeat refreshes it.
+func (s *Server) Space() []proto.TargetUsage {
+	s.mu.Lock()
+	out := []proto.TargetUsage{}
+	for _, n := range s.nodes {
+		for _, u := range n.space {
+			out = append(out, u)
+		}
+	}
+	s.mu.Unlock()
+	slices.SortFunc(out, func(a, b proto.TargetUsage) int { return cmp.Compare(a.ID, b.ID) })
+	return out
 }
 
 // nodesLocked returns r with the node address list brought up to date (a

@@ -4,6 +4,7 @@ package proto
 const (
 	MHeartbeat  uint16 = 1
 	MGetRouting uint16 = 2
+	MStatus     uint16 = 3 // routing plus every target's space (StatusResp)
 
 	MWrite      uint16 = 16 // client -> head
 	MUpdate     uint16 = 17 // hop -> hop (and resync transfers)
@@ -141,7 +142,16 @@ type RemoveReq struct {
 type TargetReport struct {
 	ID    TargetID   `json:"id"`
 	State LocalState `json:"state"`
-	Used  int64      `json:"used"`
+	// Used is the bytes of committed chunk data the target holds.
+	Used int64 `json:"used"`
+	// Capacity and Free are the target's file system's size and the bytes
+	// an unprivileged writer may still use there (statfs f_blocks and
+	// f_bavail, times the block size); 0 when the service cannot measure
+	// them. FS identifies that file system on its node (targets sharing a
+	// disk report the same FS), so totals count each disk once.
+	Capacity int64  `json:"capacity,omitempty"`
+	Free     int64  `json:"free,omitempty"`
+	FS       string `json:"fs,omitempty"`
 	// Chain is the chain the target last served, 0 if it never joined one.
 	Chain ChainID `json:"chain,omitempty"`
 }
@@ -159,4 +169,25 @@ type HeartbeatReq struct {
 // HeartbeatResp answers with the routing when the node's is out of date.
 type HeartbeatResp struct {
 	Routing *Routing `json:"routing,omitempty"`
+}
+
+// TargetUsage is a target's space as its storage service last reported it
+// to mgmtd (kept in mgmtd's memory, refreshed by every heartbeat).
+type TargetUsage struct {
+	ID       TargetID `json:"id"`
+	Node     NodeID   `json:"node"`
+	Used     int64    `json:"used"`
+	Capacity int64    `json:"capacity"`
+	Free     int64    `json:"free"`
+	FS       string   `json:"fs,omitempty"`
+	// Reported is when mgmtd received the report (unix nanoseconds).
+	Reported int64 `json:"reported_ns"`
+}
+
+// StatusResp answers MStatus: the routing (as MGetRouting) and the latest
+// space report of every target mgmtd has heard from since it started, by
+// target id.
+type StatusResp struct {
+	Routing *Routing      `json:"routing"`
+	Targets []TargetUsage `json:"targets"`
 }

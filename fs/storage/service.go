@@ -242,7 +242,13 @@ func (s *Service) heartbeatLoop() {
 			req.Known = r.Version
 		}
 		for id, ts := range s.targets {
-			req.Targets = append(req.Targets, proto.TargetReport{ID: id, State: ts.ph().local(), Used: ts.Used()})
+			tr := proto.TargetReport{ID: id, State: ts.ph().local(), Used: ts.Used()}
+			if sp, err := ts.Space(); err != nil {
+				s.logf("target %d: %v", id, err) // reported as unknown (0)
+			} else {
+				tr.Capacity, tr.Free, tr.FS = sp.Capacity, sp.Free, sp.ID
+			}
+			req.Targets = append(req.Targets, tr)
 		}
 		var resp proto.HeartbeatResp
 		var err error

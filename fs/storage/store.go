@@ -397,6 +397,16 @@ func (t *Target) Used() int64 {
 	return t.used
 }
 
+// Space returns the target's file system's capacity and free bytes
+// (zero when its VFS cannot measure them).
+func (t *Target) Space() (FSStat, error) {
+	sf, ok := t.vfs.(StatFSer)
+	if !ok {
+		return FSStat{}, nil
+	}
+	return sf.StatFS(t.Dir)
+}
+
 // update describes the new version to build.
 type update struct {
 	op       proto.Op

@@ -1,6 +1,7 @@
 package storage
 
 import (
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
@@ -19,6 +20,20 @@ type VFS interface {
 	ReadDir(dir string) ([]string, error)
 	MkdirAll(dir string) error
 	SyncDir(dir string) error
+}
+
+// FSStat is the space of the file system holding a directory.
+type FSStat struct {
+	Capacity int64  // bytes in the file system
+	Free     int64  // bytes an unprivileged writer may still use
+	ID       string // identifies the file system on this machine
+}
+
+// StatFSer is implemented by a VFS that can measure the file system under
+// a directory (OS does, with statfs). A target on a VFS without it reports
+// capacity 0 (unknown).
+type StatFSer interface {
+	StatFS(dir string) (FSStat, error)
 }
 
 // File is an open chunk file.
@@ -50,6 +65,23 @@ func (OS) ReadDir(dir string) ([]string, error) {
 		names[i] = e.Name()
 	}
 	return names, nil
+}
+
+// StatFS measures the file system holding dir with statfs(2).
+func (OS) StatFS(dir string) (FSStat, error) {
+	var st unix.Statfs_t
+	if err := unix.Statfs(dir, &st); err != nil {
+		return FSStat{}, fmt.Errorf("storage: statfs %s: %w", dir, err)
+	}
+	bs := int64(st.Bsize)
+	if st.Frsize > 0 {
+		bs = int64(st.Frsize)
+	}
+	return FSStat{
+		Capacity: int64(st.Blocks) * bs,
+		Free:     int64(st.Bavail) * bs,
+		ID:       fmt.Sprintf("%x:%x", uint32(st.Fsid.Val[0]), uint32(st.Fsid.Val[1])),
+	}, nil
 }
 
 func (OS) SyncDir(dir string) error {
