@@ -34,6 +34,7 @@ The hash repartition is also reported in uncompressed MiB/s per core next
 to SmallPond's GraySort (110.5 TiB in 30 min 14 s on 50 x 192 cores).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
+			scanGC() // as ffkit scan runs
 			o.Log = func(format string, a ...any) { fmt.Fprintf(cmd.ErrOrStderr(), "bench scan: "+format+"\n", a...) }
 			res, err := scan.Bench(cmd.Context(), o)
 			if err != nil {

@@ -2,6 +2,8 @@ package main
 
 import (
 	"fmt"
+	"os"
+	"runtime/debug"
 	"strings"
 	"sync"
 
@@ -47,6 +49,7 @@ Examples:
   ffkit scan data/ --where 'length(text) > 10' --format ffrecord --sample-column text -o packed/`,
 		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			scanGC()
 			job.Inputs = args
 			if groupBy != "" {
 				for _, k := range strings.Split(groupBy, ",") {
@@ -122,4 +125,13 @@ Examples:
 	f.StringVar(&job.MemoryLimit, "memory-limit", "1GB", "DuckDB memory limit per --sql task")
 	f.IntVar(&job.Retries, "retries", 2, "retries of a failed task")
 	return c
+}
+
+// scanGC makes the garbage collector less eager for scan jobs (GOGC=400
+// unless GOGC is set): a scan allocates large, short-lived column buffers
+// over a small live heap, and the default spends CPU collecting them.
+func scanGC() {
+	if os.Getenv("GOGC") == "" {
+		debug.SetGCPercent(400)
+	}
 }
