@@ -281,8 +281,12 @@ class Loader:
             self._live.discard(slot)
 
     @staticmethod
-    def _release(board, released, slot, seq):
-        # Runs when the batch is released or garbage: no locks, no I/O.
+    def _release(board, released, slot, seq, pid):
+        # Runs when the batch is released or garbage: no locks, no I/O. In a
+        # forked child the board belongs to the parent's engine: a copy of a
+        # batch dying there must not free the parent's slot.
+        if os.getpid() != pid:
+            return
         board[slot] = seq
         released.append(slot)
 
@@ -376,7 +380,7 @@ class Loader:
         buf = np.frombuffer(mem, dtype=np.uint8)
         st = h["state"]
         state = dict(self._state, epoch=st["epoch"], cursor=st["cursor"], step=st["step"])
-        fin = weakref.finalize(mem, Loader._release, self._board, self._released, slot, h["seq"])
+        fin = weakref.finalize(mem, Loader._release, self._board, self._released, slot, h["seq"], self._pid)
         self._handed += 1
         self._live.add(slot)
         self._state = state

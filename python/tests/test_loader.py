@@ -229,3 +229,24 @@ def test_interrupted_wait_loses_no_batch(gen, monkeypatch):
     assert got == ref
     assert calls["n"] > 10
 
+
+
+def test_batches_dying_in_a_forked_child_do_not_free_the_parents_slots(gen):
+    path, n = gen
+    L = ffkit.Loader(path, batch_size=100, seed=2, prefetch=1, hold=1, ahead=0)
+    it = iter(L)
+    b = next(it)
+    want = [s.tobytes() for s in b.samples]
+    pid = os.fork()
+    if pid == 0:  # child: its copy of the batch dies and is released
+        try:
+            b.release()
+            gc.collect()
+        finally:
+            os._exit(0)
+    os.waitpid(pid, 0)
+    # The parent keeps reading; its batch must not have been overwritten.
+    for _ in range(5):
+        x = next(it)
+        x.release()
+    assert [s.tobytes() for s in b.samples] == want
