@@ -141,12 +141,17 @@ func compileQuery(src *Source, columns, where string, extra []string) (*query, e
 		}
 		if len(q.filterPos) == 1 {
 			q.pageCol = q.filterPos[0]
-			// a string filter column is decoded as a dictionary: the filter
-			// then runs once per distinct value (expr's evalDict)
-			switch sc.Field(q.filterPos[0]).Type.ID() {
+		}
+		// string filter columns are decoded as dictionaries: a one-column
+		// filter then runs once per distinct value (expr's evalDict), and
+		// the others index the dictionary instead of copying every string
+		for _, p := range q.filterPos {
+			switch sc.Field(p).Type.ID() {
 			case arrow.STRING, arrow.LARGE_STRING, arrow.BINARY, arrow.LARGE_BINARY:
-				q.dict = make([]bool, len(q.readNames))
-				q.dict[q.filterPos[0]] = true
+				if q.dict == nil {
+					q.dict = make([]bool, len(q.readNames))
+				}
+				q.dict[p] = true
 			}
 		}
 		q.where, err = expr.Compile(q.whereNode, arrow.NewSchema(ffields, nil))
