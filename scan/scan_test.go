@@ -5,6 +5,9 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/apache/arrow-go/v18/arrow"
+	"github.com/apache/arrow-go/v18/arrow/array"
 )
 
 func TestFilterProjectMatchesDuckDB(t *testing.T) {
@@ -70,5 +73,40 @@ func TestOtherTypesPassThrough(t *testing.T) {
 		q := fmt.Sprintf("SELECT * FROM read_parquet(%s) WHERE %s", sqlString(in), where)
 		sameAsDuck(t, db, out, q)
 		sameTypes(t, db, out, q)
+	}
+}
+
+// Scan hands filtered, projected batches over in input order.
+func TestScanAPIBatchesInOrder(t *testing.T) {
+	db := openDuck(t)
+	in := tmpPath(t, "in.parquet")
+	genDuck(t, db, in, 40000, 3000)
+	var last int64 = -1
+	var rows int64
+	st, err := Scan(bg, []string{in}, ScanOptions{Columns: "id, x * 2 AS x2", Where: "name LIKE 'str_2%' AND x IS NOT NULL", Workers: 3},
+		func(rec arrow.RecordBatch) error {
+			if rec.Schema().Field(1).Name != "x2" {
+				t.Fatalf("schema %s", rec.Schema())
+			}
+			for _, id := range rec.Column(0).(*array.Int64).Int64Values() {
+				if id <= last {
+					t.Fatalf("id %d after %d: batches out of order", id, last)
+				}
+				last = id
+			}
+			rows += rec.NumRows()
+			return nil
+		})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := queryInt(t, db, fmt.Sprintf("SELECT count(*) FROM read_parquet(%s) WHERE name LIKE 'str_2%%' AND x IS NOT NULL", sqlString(in)))
+	if rows != want || st.RowsOut != want || st.RowsIn != 40000 || st.BytesRead == 0 {
+		t.Fatalf("rows %d, stats %+v, want %d", rows, st, want)
+	}
+	// an error from the callback stops the scan and comes back
+	stop := fmt.Errorf("enough")
+	if _, err := Scan(bg, []string{in}, ScanOptions{}, func(arrow.RecordBatch) error { return stop }); err != stop {
+		t.Fatalf("callback error: %v", err)
 	}
 }
