@@ -4,6 +4,11 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 go vet ./...
+# The CLI and system tests run the real binary: build it once for all of them.
+bindir=$(mktemp -d)
+trap 'rm -rf "$bindir"' EXIT
+go build -o "$bindir/ffkit" ./cmd/ffkit
+export FFKIT_TEST_BINARY="$bindir/ffkit"
 go test -count=1 -timeout 20m ./...
 go test -race -count=1 -timeout 5m ./bench/
 go test -race -count=1 -timeout 5m ./fs/transport/ ./fs/mgmtd/ ./fs/storage/ ./fs/client/

@@ -10,8 +10,9 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
+
+	"github.com/ffkit/ffkit/internal/testbin"
 
 	"github.com/ffkit/ffkit/bench"
 )
@@ -19,30 +20,9 @@ import (
 // The storage-benchmark CLI tests run the built binary on small sizes and
 // check what it prints and leaves behind. They never assert on speed.
 
-var (
-	storageBenchBinOnce sync.Once
-	storageBenchBin     string
-	storageBenchBinErr  error
-)
-
 func storageBenchBinary(t *testing.T) string {
 	t.Helper()
-	storageBenchBinOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "ffkit-bench-cli-")
-		if err != nil {
-			storageBenchBinErr = err
-			return
-		}
-		storageBenchBin = filepath.Join(dir, "ffkit")
-		out, err := exec.Command("go", "build", "-o", storageBenchBin, ".").CombinedOutput()
-		if err != nil {
-			storageBenchBinErr = errors.New(string(out))
-		}
-	})
-	if storageBenchBinErr != nil {
-		t.Fatalf("build ffkit: %v", storageBenchBinErr)
-	}
-	return storageBenchBin
+	return testbin.Path(t)
 }
 
 // runBench runs ffkit with args and returns stdout, stderr and the exit code.

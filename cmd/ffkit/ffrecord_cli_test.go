@@ -12,36 +12,17 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
+
+	"github.com/ffkit/ffkit/internal/testbin"
 )
 
 // CLI tests of pack, inspect, verify, cat and bench read: they run the
 // built binary as a user does and check exit codes, stdout and --json.
 
-var (
-	ffrBinOnce sync.Once
-	ffrBin     string
-	ffrBinErr  error
-)
-
 func ffrBinary(t *testing.T) string {
 	t.Helper()
-	ffrBinOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "ffkit-ffrtest-")
-		if err != nil {
-			ffrBinErr = err
-			return
-		}
-		ffrBin = filepath.Join(dir, "ffkit")
-		if out, err := exec.Command("go", "build", "-o", ffrBin, ".").CombinedOutput(); err != nil {
-			ffrBinErr = fmt.Errorf("go build: %v\n%s", err, out)
-		}
-	})
-	if ffrBinErr != nil {
-		t.Fatal(ffrBinErr)
-	}
-	return ffrBin
+	return testbin.Path(t)
 }
 
 type ffrResult struct {

@@ -18,33 +18,15 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ffkit/ffkit/fs/clusterfs"
-)
+	"github.com/ffkit/ffkit/internal/testbin"
 
-var (
-	clusterBinOnce sync.Once
-	clusterBin     string
-	clusterBinErr  error
+	"github.com/ffkit/ffkit/fs/clusterfs"
 )
 
 // clusterBinary builds ffkit once for the cluster tests.
 func clusterBinary(t *testing.T) string {
 	t.Helper()
-	clusterBinOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "ffkit-cluster-bin")
-		if err != nil {
-			clusterBinErr = err
-			return
-		}
-		clusterBin = filepath.Join(dir, "ffkit")
-		if out, err := exec.Command("go", "build", "-o", clusterBin, ".").CombinedOutput(); err != nil {
-			clusterBinErr = fmt.Errorf("build: %v\n%s", err, out)
-		}
-	})
-	if clusterBinErr != nil {
-		t.Fatal(clusterBinErr)
-	}
-	return clusterBin
+	return testbin.Path(t)
 }
 
 // upCluster is a running `ffkit fs up`.

@@ -4,23 +4,17 @@ import (
 	"bufio"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
-	"github.com/ffkit/ffkit/fs/fuse"
-)
+	"github.com/ffkit/ffkit/internal/testbin"
 
-var (
-	fsMountBinOnce sync.Once
-	fsMountBin     string
-	fsMountBinErr  error
+	"github.com/ffkit/ffkit/fs/fuse"
 )
 
 // fsMountTestBinary builds the ffkit binary once for the mount CLI tests.
@@ -29,22 +23,7 @@ func fsMountTestBinary(t *testing.T) string {
 	if _, err := os.Stat("/dev/fuse"); err != nil {
 		t.Skipf("no /dev/fuse: %v", err)
 	}
-	fsMountBinOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "ffkit-mounttest-")
-		if err != nil {
-			fsMountBinErr = err
-			return
-		}
-		fsMountBin = filepath.Join(dir, "ffkit")
-		out, err := exec.Command("go", "build", "-o", fsMountBin, ".").CombinedOutput()
-		if err != nil {
-			fsMountBinErr = fmt.Errorf("go build: %v\n%s", err, out)
-		}
-	})
-	if fsMountBinErr != nil {
-		t.Fatal(fsMountBinErr)
-	}
-	return fsMountBin
+	return testbin.Path(t)
 }
 
 // startMount runs `ffkit fs mount src mnt` and waits for its ready line.

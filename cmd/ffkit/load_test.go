@@ -12,38 +12,18 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 
-	"github.com/ffkit/ffkit/ffrecord"
-)
+	"github.com/ffkit/ffkit/internal/testbin"
 
-var (
-	loadBinOnce sync.Once
-	loadBin     string
-	loadBinErr  error
+	"github.com/ffkit/ffkit/ffrecord"
 )
 
 // loadTestBinary builds the ffkit binary once for the CLI tests of `ffkit
 // load` (they run the real program, as a user does).
 func loadTestBinary(t *testing.T) string {
 	t.Helper()
-	loadBinOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "ffkit-loadtest-")
-		if err != nil {
-			loadBinErr = err
-			return
-		}
-		loadBin = filepath.Join(dir, "ffkit")
-		out, err := exec.Command("go", "build", "-o", loadBin, ".").CombinedOutput()
-		if err != nil {
-			loadBinErr = fmt.Errorf("go build: %v\n%s", err, out)
-		}
-	})
-	if loadBinErr != nil {
-		t.Fatal(loadBinErr)
-	}
-	return loadBin
+	return testbin.Path(t)
 }
 
 // loadTestDataset writes n samples into files of per samples; sample i

@@ -11,6 +11,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/ffkit/ffkit/internal/testbin"
+
 	_ "github.com/duckdb/duckdb-go/v2"
 )
 
@@ -21,10 +23,7 @@ var scanBin string
 
 func buildScanBin(t *testing.T) {
 	t.Helper()
-	scanBin = filepath.Join(t.TempDir(), "ffkit")
-	if out, err := exec.Command("go", "build", "-o", scanBin, ".").CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
+	scanBin = testbin.Path(t)
 }
 
 func scanCLI(t *testing.T, args ...string) (stdout, stderr string, code int) {

@@ -3,16 +3,16 @@ package fuse_test
 import (
 	"bufio"
 	"context"
-	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/ffkit/ffkit/internal/testbin"
 
 	"github.com/ffkit/ffkit/fs"
 	"github.com/ffkit/ffkit/fs/client"
@@ -21,31 +21,10 @@ import (
 	"github.com/ffkit/ffkit/fs/fuse/fusetest"
 )
 
-var (
-	ffkitBinOnce sync.Once
-	ffkitBin     string
-	ffkitBinErr  error
-)
-
 // ffkitBinary builds cmd/ffkit once (the cluster runs as real processes).
 func ffkitBinary(t *testing.T) string {
 	t.Helper()
-	ffkitBinOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "ffkit-fusetest-")
-		if err != nil {
-			ffkitBinErr = err
-			return
-		}
-		ffkitBin = filepath.Join(dir, "ffkit")
-		out, err := exec.Command("go", "build", "-o", ffkitBin, "../../cmd/ffkit").CombinedOutput()
-		if err != nil {
-			ffkitBinErr = fmt.Errorf("go build ./cmd/ffkit: %v\n%s", err, out)
-		}
-	})
-	if ffkitBinErr != nil {
-		t.Fatal(ffkitBinErr)
-	}
-	return ffkitBin
+	return testbin.Path(t)
 }
 
 // testCluster is `ffkit fs up` started by a test: 3 storage processes,

@@ -16,6 +16,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ffkit/ffkit/internal/testbin"
+
 	"github.com/ffkit/ffkit/fs/client"
 	"github.com/ffkit/ffkit/fs/proto"
 )
@@ -23,19 +25,14 @@ import (
 var ffkitBin string
 
 func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "ffkit-systest-")
+	var err error
+	ffkitBin, err = testbin.Get()
 	if err != nil {
-		panic(err)
-	}
-	ffkitBin = filepath.Join(dir, "ffkit")
-	out, err := exec.Command("go", "build", "-o", ffkitBin, "github.com/ffkit/ffkit/cmd/ffkit").CombinedOutput()
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "systest: building ffkit failed: %v\n%s", err, out)
-		os.RemoveAll(dir)
+		fmt.Fprintf(os.Stderr, "systest: %v\n", err)
 		os.Exit(1)
 	}
 	code := m.Run()
-	os.RemoveAll(dir)
+	testbin.Cleanup()
 	os.Exit(code)
 }
 
