@@ -155,7 +155,21 @@ func (w *wfile) Truncate(size int64) error {
 	if size < 0 {
 		return fmt.Errorf("%w: truncate %s to %d", fs.ErrBadPath, w.name, size)
 	}
-	n, err := w.fs.meta.TruncateInode(context.Background(), w.inode, size, w.session)
+	ctx := context.Background()
+	// The metadata service cuts the chunks past the new length only when
+	// the length shrinks in its view. This handle's writes past the length
+	// it last published are in the chunks but not yet in that view: publish
+	// them first, or a shrink below them would be taken as an extension and
+	// the cut bytes would come back when the file grows again.
+	w.mu.Lock()
+	cur, reported, tv := w.size, w.reported, w.truncVer
+	w.mu.Unlock()
+	if size < cur && cur > reported {
+		if _, err := w.fs.meta.Extend(ctx, w.inode, cur, tv, w.session); err != nil {
+			return wrap("truncate", w.fs.String()+w.name, err)
+		}
+	}
+	n, err := w.fs.meta.TruncateInode(ctx, w.inode, size, w.session)
 	if err != nil {
 		return wrap("truncate", w.fs.String()+w.name, err)
 	}

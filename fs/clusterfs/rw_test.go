@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/ffkit/ffkit/fs"
+	"github.com/ffkit/ffkit/fs/fstest"
 )
 
 func TestRandomAccessWrites(t *testing.T) {
@@ -136,4 +137,16 @@ func TestRandomAccessWrites(t *testing.T) {
 	if st, _ := f.Stat(ctx, "/t"); st.Size != 4 {
 		t.Fatalf("FS.Truncate: size %d", st.Size)
 	}
+}
+
+// TestRandomAccessConformance runs the fs.RandomAccessFS conformance suite
+// against a real in-process cluster (mgmtd, 3 storage servers, 3 replicas).
+func TestRandomAccessConformance(t *testing.T) {
+	c := startCluster(t, nil, 1)
+	f := c.open(t)
+	ctx := context.Background()
+	if err := f.MkdirAll(ctx, "/rac"); err != nil {
+		t.Fatal(err)
+	}
+	fstest.RunRandomAccess(t, f, "/rac")
 }
