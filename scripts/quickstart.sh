@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Sets up a fresh machine and runs ffkit's main job end to end: generate a
-# small dataset, pack it into FFRecord shards, verify it, read random
-# batches and print the throughput.
+# small dataset, pack it into FFRecord shards, verify it, load an epoch and
+# read random batches with their throughput, first on the local disk, then
+# on a bundled cluster (ffkit fs up, embedded etcd) that it starts and stops.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
@@ -23,6 +24,8 @@ echo "== ffkit inspect" >&2
 bin/ffkit inspect "$work/ds"
 echo "== ffkit verify" >&2
 bin/ffkit verify "$work/ds"
+echo "== ffkit load: one shuffled epoch" >&2
+bin/ffkit load "$work/ds" --batch-size 256 --shuffle --seed 1 --epochs 1
 echo "== ffkit bench read" >&2
 bin/ffkit bench read "$work/ds" --batch-size 256 --duration 3s
 
@@ -36,6 +39,7 @@ for _ in $(seq 240); do
     sleep 0.5
 done
 url=$(head -n 1 "$work/up.out")
+[ -n "$url" ] || { echo "quickstart: ffkit fs up did not come up in 120 s" >&2; cat "$work/up.err" >&2; exit 1; }
 echo "== cluster at $url: pack, verify, load one epoch, bench read" >&2
 bin/ffkit pack "$work/src" -o "$url/ds" --shard-size 64M
 bin/ffkit verify "$url/ds"
