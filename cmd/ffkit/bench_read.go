@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"sync/atomic"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -54,6 +55,13 @@ type benchReadResult struct {
 	BaselineReadLatency   bench.Latency `json:"baseline_read_latency"`
 	BaselineWorkers       int           `json:"baseline_workers"`
 	Ratio                 float64       `json:"ratio"`
+	// The storage requests of the ffkit phase, on a file system that counts
+	// them (ffkit:// paths): one batch becomes, per storage service, a few
+	// requests carrying merged ranges.
+	StorageRequestsPerBatch float64 `json:"storage_requests_per_batch,omitempty"`
+	BytesPerRequest         float64 `json:"bytes_per_request,omitempty"`
+	RangesPerRequest        float64 `json:"ranges_per_request,omitempty"`
+	StorageRequests         int64   `json:"storage_requests,omitempty"`
 	// fio 4 KiB random reads on the dataset's largest file (--fio)
 	FioIOPS    float64            `json:"fio_iops,omitempty"`
 	FioEngine  string             `json:"fio_engine,omitempty"`
@@ -156,7 +164,9 @@ func runBenchRead(ctx context.Context, paths []string, f benchReadFlags) error {
 		rngs[w] = rand.New(rand.NewPCG(f.seed, uint64(w)))
 		idx[w] = make([]int64, f.batchSize)
 	}
+	var issued atomic.Int64 // batches read, warm-up included (as the request counters)
 	oursOp := func(ctx context.Context, w int, seq int64) (int64, error) {
+		issued.Add(1)
 		ix := idx[w]
 		for k := range ix {
 			ix[k] = rngs[w].Int64N(n)
@@ -174,11 +184,13 @@ func runBenchRead(ctx context.Context, paths []string, f benchReadFlags) error {
 	workers := f.parallelism * f.inflight
 	res.BaselineWorkers = workers
 	raw := make([]fs.File, len(files))
+	var fsyses []fs.FS
 	for i, fm := range files {
 		fsys, name, err := fs.Resolve(ctx, fm.Path)
 		if err != nil {
 			return err
 		}
+		fsyses = append(fsyses, fsys)
 		if raw[i], err = fsys.Open(ctx, name, fs.OpenOptions{Direct: f.direct}); err != nil {
 			return fmt.Errorf("bench read: %w", err)
 		}
@@ -214,14 +226,21 @@ func runBenchRead(ctx context.Context, paths []string, f benchReadFlags) error {
 		warnf("--fio needs a local file; skipped")
 	}
 	var ours, base []*bench.Result
+	var reqStats fs.ReadStats // the ffkit phases' storage requests
+	var reqBatches int64
+	_, counted := fs.SumReadStats(fsyses)
 	var fioIOPS []float64
 	for round := range f.rounds {
 		cold()
 		progress(fmt.Sprintf("round %d/%d: ffkit ReadBatch, %d batches of %d in flight, %s", round+1, f.rounds, f.inflight, f.batchSize, slice))
+		before, _ := fs.SumReadStats(fsyses)
+		issued.Store(0)
 		o, err := bench.Run(ctx, bench.Options{Workers: f.inflight, Duration: slice, Warmup: f.warmup}, oursOp)
 		if err != nil {
 			return fmt.Errorf("bench read: %w", err)
 		}
+		after, _ := fs.SumReadStats(fsyses)
+		reqStats, reqBatches = reqStats.Add(after.Sub(before)), reqBatches+issued.Load()
 		ours = append(ours, o)
 		cold()
 		progress(fmt.Sprintf("round %d/%d: baseline, one plain pread per sample, %d in flight, %s", round+1, f.rounds, workers, slice))
@@ -271,6 +290,14 @@ func runBenchRead(ctx context.Context, paths []string, f benchReadFlags) error {
 	}
 	res.Comparison = append(res.Comparison,
 		bench.Compare("samples/s", res.SamplesPerSec, res.BaselineSamplesPerSec, "plain pread per sample"))
+	if counted && reqBatches > 0 {
+		res.StorageRequests = reqStats.Requests
+		res.StorageRequestsPerBatch = float64(reqStats.Requests) / float64(reqBatches)
+		res.BytesPerRequest = reqStats.BytesPerRequest()
+		if reqStats.Requests > 0 {
+			res.RangesPerRequest = float64(reqStats.IOs) / float64(reqStats.Requests)
+		}
+	}
 	if len(fioIOPS) > 0 {
 		for _, v := range fioIOPS {
 			res.FioIOPS += v / float64(len(fioIOPS))
@@ -287,12 +314,22 @@ func runBenchRead(ctx context.Context, paths []string, f benchReadFlags) error {
 		Title:  fmt.Sprintf("bench read: %d samples in %d file(s), median sample %s, batch %d, %s", n, len(files), bench.FormatBytes(st.MedianLen), f.batchSize, res.Cache),
 		Header: []string{"reader", "samples/s", "MiB/s", "p50 ms", "p99 ms", "ratio"},
 	}
-	t.AddRow("ffkit ReadBatch", bench.FormatFloat(res.SamplesPerSec, 0), bench.FormatFloat(res.MiBPerSec, 1),
-		bench.FormatFloat(res.BatchP50MS, 2), bench.FormatFloat(res.BatchP99MS, 2), bench.FormatRatio(res.Ratio))
-	t.AddRow(fmt.Sprintf("plain pread x%d", workers), bench.FormatFloat(res.BaselineSamplesPerSec, 0), bench.FormatFloat(res.BaselineMiBPerSec, 1),
-		bench.FormatFloat(bc.Latency.P50US/1000, 2), bench.FormatFloat(bc.Latency.P99US/1000, 2), "1.00x")
+	var reqCols, blank []string // storage requests per batch, bytes per request
+	if counted {
+		t.Header = append(t.Header, "requests/batch", "bytes/request")
+		reqCols = []string{bench.FormatFloat(res.StorageRequestsPerBatch, 1), bench.FormatBytes(int64(res.BytesPerRequest))}
+		blank = []string{"", ""}
+	}
+	t.AddRow(append([]string{"ffkit ReadBatch", bench.FormatFloat(res.SamplesPerSec, 0), bench.FormatFloat(res.MiBPerSec, 1),
+		bench.FormatFloat(res.BatchP50MS, 2), bench.FormatFloat(res.BatchP99MS, 2), bench.FormatRatio(res.Ratio)}, reqCols...)...)
+	t.AddRow(append([]string{fmt.Sprintf("plain pread x%d", workers), bench.FormatFloat(res.BaselineSamplesPerSec, 0), bench.FormatFloat(res.BaselineMiBPerSec, 1),
+		bench.FormatFloat(bc.Latency.P50US/1000, 2), bench.FormatFloat(bc.Latency.P99US/1000, 2), "1.00x"}, blank...)...)
 	if res.FioIOPS > 0 {
-		t.AddRow("fio randread 4 KiB "+res.FioEngine+" qd64", bench.FormatFloat(res.FioIOPS, 0), "", "", "", bench.FormatRatio(res.FioRatio))
+		t.AddRow(append([]string{"fio randread 4 KiB " + res.FioEngine + " qd64", bench.FormatFloat(res.FioIOPS, 0), "", "", "", bench.FormatRatio(res.FioRatio)}, blank...)...)
+	}
+	if counted {
+		t.Notes = append(t.Notes, fmt.Sprintf("ffkit ReadBatch on the cluster: %s storage requests per batch of %d samples, %s per request, %s merged ranges per request",
+			bench.FormatFloat(res.StorageRequestsPerBatch, 1), f.batchSize, bench.FormatBytes(int64(res.BytesPerRequest)), bench.FormatFloat(res.RangesPerRequest, 1)))
 	}
 	t.Notes = append(t.Notes,
 		"ffkit latencies are per batch; the baseline's are per pread",

@@ -13,6 +13,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/ffkit/ffkit/bench"
+	"github.com/ffkit/ffkit/fs"
 	"github.com/ffkit/ffkit/loader"
 )
 
@@ -45,6 +46,9 @@ type loadSummary struct {
 	MemoryBudget  int64         `json:"memory_budget"`
 	ReadsPerBatch float64       `json:"reads_per_batch"`
 	NearFrac      float64       `json:"neighbour_frac"`
+	// On a file system that counts its storage requests (ffkit:// paths).
+	StorageRequestsPerBatch float64 `json:"storage_requests_per_batch,omitempty"`
+	BytesPerRequest         float64 `json:"bytes_per_request,omitempty"`
 	Stopped       bool          `json:"stopped_early"`
 	State         *loader.State `json:"state,omitempty"`
 	StateFile     string        `json:"state_file,omitempty"`
@@ -184,6 +188,17 @@ Several PATHs are one dataset; with --weights they are a weighted mixture
 				}
 			}
 
+			// The storage requests of the epoch, where the paths' file
+			// systems count them (fs.Resolve caches one FS per authority:
+			// these are the loader's).
+			var fsyses []fs.FS
+			for _, a := range args {
+				if f, _, err := fs.Resolve(cmd.Context(), a); err == nil {
+					fsyses = append(fsyses, f)
+				}
+			}
+			reqBefore, counted := fs.SumReadStats(fsyses)
+
 			out := bufio.NewWriterSize(os.Stdout, 1<<16)
 			defer out.Flush()
 			quality := loader.NewOrderQuality(l)
@@ -245,6 +260,11 @@ Several PATHs are one dataset; with --weights they are a weighted mixture
 				ReadsPerBatch: quality.ReadsPerBatch(), NearFrac: quality.NearFrac(),
 				Stopped: stopped, State: &st, StateFile: saveState,
 			}
+			if reqAfter, _ := fs.SumReadStats(fsyses); counted && s.Batches > 0 {
+				d := reqAfter.Sub(reqBefore)
+				sum.StorageRequestsPerBatch = float64(d.Requests) / float64(s.Batches)
+				sum.BytesPerRequest = d.BytesPerRequest()
+			}
 			if printIdx {
 				// stdout holds the indices only; the summary goes to stderr.
 				if !jsonOut {
@@ -297,6 +317,9 @@ func printLoadSummary(w io.Writer, s loadSummary) {
 		s.FirstBatchMs, s.ConsumerWaitS, s.ReadS)
 	fmt.Fprintf(w, "  memory peak %.1f MiB of a %.1f MiB budget; %.1f read requests per batch; %.4f of consecutive samples are neighbours\n",
 		float64(s.MemoryPeak)/(1<<20), float64(s.MemoryBudget)/(1<<20), s.ReadsPerBatch, s.NearFrac)
+	if s.StorageRequestsPerBatch > 0 {
+		fmt.Fprintf(w, "  %.1f storage requests per batch, %.0f bytes per request\n", s.StorageRequestsPerBatch, s.BytesPerRequest)
+	}
 	if s.Skipped > 0 {
 		fmt.Fprintf(w, "  skipped %d bad samples\n", s.Skipped)
 	}

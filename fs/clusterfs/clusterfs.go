@@ -439,3 +439,13 @@ func (w *writer) Close() error {
 	w.abandon()
 	return nil
 }
+
+var _ fs.ReadStatser = (*FS)(nil)
+
+// ReadStats reports the chunk client's batched read counters (requests to
+// storage services, ranges and bytes), for requests per batch and bytes
+// per request in benchmarks.
+func (f *FS) ReadStats() fs.ReadStats {
+	s := f.chunks.ReadStats()
+	return fs.ReadStats{Calls: s.Calls, Requests: s.Requests, IOs: s.IOs, Bytes: s.Bytes}
+}
