@@ -46,12 +46,13 @@ type loadSummary struct {
 	MemoryBudget  int64         `json:"memory_budget"`
 	ReadsPerBatch float64       `json:"reads_per_batch"`
 	NearFrac      float64       `json:"neighbour_frac"`
-	// On a file system that counts its storage requests (ffkit:// paths).
-	StorageRequestsPerBatch float64 `json:"storage_requests_per_batch,omitempty"`
-	BytesPerRequest         float64 `json:"bytes_per_request,omitempty"`
 	Stopped       bool          `json:"stopped_early"`
 	State         *loader.State `json:"state,omitempty"`
 	StateFile     string        `json:"state_file,omitempty"`
+
+	// On a file system that counts its storage requests (ffkit:// paths).
+	StorageRequestsPerBatch float64 `json:"storage_requests_per_batch,omitempty"`
+	BytesPerRequest         float64 `json:"bytes_per_request,omitempty"`
 }
 
 func newLoadCmd() *cobra.Command {
