@@ -29,7 +29,7 @@ const token = "test-token"
 // services with two targets each (chains of three), and metadata servers,
 // all on one kv store, talking over loopback TCP.
 type testCluster struct {
-	t        *testing.T
+	t        testing.TB
 	store    kv.Store
 	m        *mgmtd.Server
 	storages []*storage.Service
@@ -37,11 +37,11 @@ type testCluster struct {
 	chunks   *client.Client // the metadata servers' data-plane client
 }
 
-func quiet(t *testing.T) func(string, ...any) {
+func quiet(t testing.TB) func(string, ...any) {
 	return func(f string, a ...any) {}
 }
 
-func startCluster(t *testing.T, store kv.Store, metaServers int) *testCluster {
+func startCluster(t testing.TB, store kv.Store, metaServers int) *testCluster {
 	t.Helper()
 	ctx := context.Background()
 	if store == nil {
@@ -130,7 +130,7 @@ func allServing(r *proto.Routing) bool {
 	return true
 }
 
-func (c *testCluster) open(t *testing.T) *FS {
+func (c *testCluster) open(t testing.TB) *FS {
 	t.Helper()
 	f, err := Open(context.Background(), c.m.Addr(), Options{Token: token, RetryTimeout: 20 * time.Second})
 	if err != nil {

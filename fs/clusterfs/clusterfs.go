@@ -67,6 +67,7 @@ type FS struct {
 	opts      Options
 	chunks    *client.Client
 	meta      *meta.Client
+	writers   writerCount // open WriteFiles per inode (write-behind gap filling)
 }
 
 var (

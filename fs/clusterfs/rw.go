@@ -15,10 +15,13 @@ import (
 )
 
 // Writes at any offset (fs.RandomAccessFS, for the FUSE mount): a
-// WriteFile holds a write session on the file's inode; WriteAt writes the
-// affected chunks through the chain heads at once (acknowledged = on every
-// replica), so this handle and every reader see the bytes when WriteAt
-// returns; the file's length is published by Flush, Sync and Close (the
+// WriteFile holds a write session on the file's inode; WriteAt of
+// wbDirect bytes or more writes the affected chunks through the chain
+// heads at once (acknowledged = on every replica); smaller writes are
+// buffered in the handle and written back on Flush, Sync, Close, Truncate
+// or when too many are buffered (see writebehind.go). This handle sees its
+// writes at once; other readers see them after Flush, Sync or Close (close-
+// to-open). The file's length is published by Flush, Sync and Close (the
 // largest end this handle wrote; concurrent writers' lengths merge to the
 // largest). A file opened this way is marked as possibly having holes.
 // A file removed while open stays readable and writable through the
@@ -39,6 +42,7 @@ func (f *FS) OpenWrite(ctx context.Context, name string, flag int) (fs.WriteFile
 	}
 	w := &wfile{fs: f, name: name, inode: n.ID, layout: *n.Layout, session: sid,
 		size: n.Size, reported: n.Size, truncVer: n.TruncVer, lastRenew: time.Now()}
+	f.writers.add(n.ID, 1)
 	if flag&fs.OTrunc != 0 && n.Size > 0 {
 		if err := w.Truncate(0); err != nil {
 			w.Close()
@@ -63,12 +67,18 @@ type wfile struct {
 	layout  meta.Layout
 	session string
 
-	mu        sync.Mutex // guards the fields below
-	size      int64      // the length as this handle knows it
-	reported  int64      // the length last published to the metadata service
-	truncVer  uint64
-	lastRenew time.Time
-	closed    bool
+	// wbMu orders write-back against direct writes and reads: writeBack
+	// holds it for writing, WriteAt (direct) and ReadAt for reading.
+	wbMu sync.RWMutex
+
+	mu         sync.Mutex // guards the fields below
+	dirty      map[uint64]*dirtyChunk
+	dirtyBytes int64
+	size       int64 // the length as this handle knows it
+	reported   int64 // the length last published to the metadata service
+	truncVer   uint64
+	lastRenew  time.Time
+	closed     bool
 }
 
 func (w *wfile) Name() string { return w.name }
@@ -103,6 +113,8 @@ func (w *wfile) ReadAt(p []byte, off int64) (int, error) {
 		return 0, io.EOF
 	}
 	n := int(min(int64(len(p)), size-off))
+	w.wbMu.RLock()
+	defer w.wbMu.RUnlock()
 	var reads []client.ChunkRead
 	w.pieces(off, p[:n], func(idx uint64, in int64, b []byte) {
 		reads = append(reads, client.ChunkRead{Chain: w.layout.Chain(idx), Chunk: client.ChunkID{Inode: w.inode, Index: idx}, Off: in, Buf: b})
@@ -111,6 +123,9 @@ func (w *wfile) ReadAt(p []byte, off int64) (int, error) {
 	if err := w.fs.chunks.ReadChunks(context.Background(), reads); err != nil {
 		return 0, wrap("read", w.fs.String()+w.name, err)
 	}
+	w.mu.Lock()
+	w.overlayBuffered(p[:n], off)
+	w.mu.Unlock()
 	if n < len(p) {
 		return n, io.EOF
 	}
@@ -126,20 +141,22 @@ func (w *wfile) WriteAt(p []byte, off int64) (int, error) {
 		w.mu.Unlock()
 		return 0, fmt.Errorf("clusterfs: write to %s after Close", w.name)
 	}
+	over := false
+	if len(p) < wbDirect {
+		over = w.buffer(p, off)
+		w.size = max(w.size, off+int64(len(p)))
+	}
 	w.mu.Unlock()
-	ctx := context.Background()
-	g, gctx := errgroup.WithContext(ctx)
-	g.SetLimit(w.fs.opts.WriteParallel)
-	w.pieces(off, p, func(idx uint64, in int64, b []byte) {
-		g.Go(func() error {
-			return w.fs.chunks.WriteChunk(gctx, w.layout.Chain(idx), client.ChunkID{Inode: w.inode, Index: idx}, in, b)
-		})
-	})
-	if err := g.Wait(); err != nil {
-		return 0, wrap("write", w.fs.String()+w.name, err)
+	if len(p) >= wbDirect {
+		if err := w.writeDirect(p, off); err != nil {
+			return 0, err
+		}
+	} else if over {
+		if err := w.writeBack(context.Background()); err != nil {
+			return 0, err
+		}
 	}
 	w.mu.Lock()
-	w.size = max(w.size, off+int64(len(p)))
 	renew := time.Since(w.lastRenew) > 10*time.Second
 	w.mu.Unlock()
 	if renew {
@@ -151,11 +168,39 @@ func (w *wfile) WriteAt(p []byte, off int64) (int, error) {
 	return len(p), nil
 }
 
+// writeDirect writes p at off through the chains at once, dropping the
+// buffered bytes it overwrites.
+func (w *wfile) writeDirect(p []byte, off int64) error {
+	w.wbMu.RLock()
+	defer w.wbMu.RUnlock()
+	w.mu.Lock()
+	w.dropBuffered(off, len(p))
+	w.mu.Unlock()
+	g, gctx := errgroup.WithContext(context.Background())
+	g.SetLimit(w.fs.opts.WriteParallel)
+	w.pieces(off, p, func(idx uint64, in int64, b []byte) {
+		g.Go(func() error {
+			return w.fs.chunks.WriteChunk(gctx, w.layout.Chain(idx), client.ChunkID{Inode: w.inode, Index: idx}, in, b)
+		})
+	})
+	if err := g.Wait(); err != nil {
+		return wrap("write", w.fs.String()+w.name, err)
+	}
+	w.mu.Lock()
+	w.size = max(w.size, off+int64(len(p)))
+	w.mu.Unlock()
+	return nil
+}
+
 func (w *wfile) Truncate(size int64) error {
 	if size < 0 {
 		return fmt.Errorf("%w: truncate %s to %d", fs.ErrBadPath, w.name, size)
 	}
 	ctx := context.Background()
+	// Buffered writes land first, so that the cut applies to them too.
+	if err := w.writeBack(ctx); err != nil {
+		return err
+	}
 	// The metadata service cuts the chunks past the new length only when
 	// the length shrinks in its view. This handle's writes past the length
 	// it last published are in the chunks but not yet in that view: publish
@@ -179,8 +224,12 @@ func (w *wfile) Truncate(size int64) error {
 	return nil
 }
 
-// Flush publishes the length when it grew (and renews the session).
+// Flush writes the buffered writes back, then publishes the length when
+// it grew (and renews the session).
 func (w *wfile) Flush() error {
+	if err := w.writeBack(context.Background()); err != nil {
+		return err
+	}
 	w.mu.Lock()
 	size, reported, tv := w.size, w.reported, w.truncVer
 	renew := time.Since(w.lastRenew) > 10*time.Second
@@ -201,7 +250,8 @@ func (w *wfile) Flush() error {
 	return nil
 }
 
-// Sync is Flush: chunk writes are durable on every replica when acknowledged.
+// Sync is Flush: chunk writes (the buffered ones written back by Flush) are
+// durable on every replica when acknowledged.
 func (w *wfile) Sync() error { return w.Flush() }
 
 // Close publishes the length and ends the write session.
@@ -212,8 +262,17 @@ func (w *wfile) Close() error {
 		return nil
 	}
 	w.closed = true
+	w.mu.Unlock()
+	// The buffered writes land before the length is published; if they
+	// cannot, the session still ends and Close reports the loss.
+	wbErr := w.writeBack(context.Background())
+	w.fs.writers.add(w.inode, -1)
+	w.mu.Lock()
 	size, tv := w.size, w.truncVer
 	w.mu.Unlock()
 	_, err := w.fs.meta.CloseSession(context.Background(), w.inode, w.session, size, tv)
+	if wbErr != nil {
+		return wbErr
+	}
 	return wrap("close", w.fs.String()+w.name, err)
 }
