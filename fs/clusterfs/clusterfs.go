@@ -59,6 +59,11 @@ type Options struct {
 	WriteParallel int
 	// RetryTimeout: how long calls retry through failures. Default 60 s.
 	RetryTimeout time.Duration
+	// WriteBehind is how many bytes of small writes (under 128 KiB) a
+	// WriteFile of OpenWrite buffers before it writes them back (see
+	// writebehind.go). Default 64 MiB; negative: none, every write goes
+	// through at once.
+	WriteBehind int64
 }
 
 // FS is a connection to one ffkit cluster.
@@ -95,6 +100,9 @@ func Open(ctx context.Context, authority string, opts Options) (*FS, error) {
 	}
 	if opts.WriteParallel <= 0 {
 		opts.WriteParallel = 4
+	}
+	if opts.WriteBehind == 0 {
+		opts.WriteBehind = 64 << 20
 	}
 	if opts.RetryTimeout <= 0 {
 		opts.RetryTimeout = 60 * time.Second

@@ -51,17 +51,22 @@ func randWrite4K(tb testing.TB, writeAt func([]byte, int64) error, syncFn func()
 
 // BenchmarkRandomWrite4K: random 4 KiB writes at depth 128 on a 64 MiB file
 // through clusterfs (in-process cluster, 3 storage servers, 3 replicas,
-// 256 KiB chunks), beside the same pattern on a local file (pwrite, fsync
-// at the end) in the same run:
+// 256 KiB chunks) with write-behind and without it (WriteBehind -1: every
+// write a chain write), beside the same pattern on a local file (pwrite,
+// fsync at the end) in the same run:
 //
 //	go test -run XXX -bench RandomWrite4K -benchtime 1x ./fs/clusterfs/
 func BenchmarkRandomWrite4K(b *testing.B) {
 	const size, n, depth = 64 << 20, 2048, 128
 	ctx := context.Background()
 	c := startCluster(b, nil, 1)
-	f := c.open(b)
-	for range b.N {
-		name := "/randw"
+	wb := c.open(b)
+	direct, err := Open(ctx, c.m.Addr(), Options{Token: token, RetryTimeout: 20 * time.Second, WriteBehind: -1})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer direct.Close()
+	run := func(f *FS, name string) float64 {
 		w, err := f.OpenWrite(ctx, name, fs.OCreate)
 		if err != nil {
 			b.Fatal(err)
@@ -69,10 +74,16 @@ func BenchmarkRandomWrite4K(b *testing.B) {
 		if err := w.Truncate(size); err != nil {
 			b.Fatal(err)
 		}
-		ours := randWrite4K(b, func(p []byte, off int64) error { _, err := w.WriteAt(p, off); return err }, w.Sync, size, n, depth)
-		w.Close()
+		iops := randWrite4K(b, func(p []byte, off int64) error { _, err := w.WriteAt(p, off); return err }, w.Sync, size, n, depth)
+		if err := w.Close(); err != nil {
+			b.Fatal(err)
+		}
 		f.Remove(ctx, name)
-
+		return iops
+	}
+	for range b.N {
+		without := run(direct, "/randw-direct")
+		with := run(wb, "/randw-wb")
 		lp := filepath.Join(b.TempDir(), "randw")
 		lf, err := os.Create(lp)
 		if err != nil {
@@ -82,9 +93,10 @@ func BenchmarkRandomWrite4K(b *testing.B) {
 		lf.Sync()
 		local := randWrite4K(b, func(p []byte, off int64) error { _, err := lf.WriteAt(p, off); return err }, lf.Sync, size, n, depth)
 		lf.Close()
-		b.ReportMetric(ours, "cluster-IOPS")
+		b.ReportMetric(with, "wb-IOPS")
+		b.ReportMetric(without, "direct-IOPS")
 		b.ReportMetric(local, "local-IOPS")
-		b.ReportMetric(ours/local, "ratio")
-		b.Logf("rand write 4KiB x%d depth %d, %d MiB file: clusterfs %.0f IOPS, local file %.0f IOPS, ratio %.4f", n, depth, size>>20, ours, local, ours/local)
+		b.Logf("rand write 4KiB x%d depth %d, %d MiB file: clusterfs write-behind %.0f IOPS, write-through %.0f IOPS (%.1fx); local file %.0f IOPS (ratio %.4f)",
+			n, depth, size>>20, with, without, with/without, local, with/local)
 	}
 }

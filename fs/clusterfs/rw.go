@@ -142,12 +142,13 @@ func (w *wfile) WriteAt(p []byte, off int64) (int, error) {
 		return 0, fmt.Errorf("clusterfs: write to %s after Close", w.name)
 	}
 	over := false
-	if len(p) < wbDirect {
+	direct := len(p) >= wbDirect || w.fs.opts.WriteBehind < 0
+	if !direct {
 		over = w.buffer(p, off)
 		w.size = max(w.size, off+int64(len(p)))
 	}
 	w.mu.Unlock()
-	if len(p) >= wbDirect {
+	if direct {
 		if err := w.writeDirect(p, off); err != nil {
 			return 0, err
 		}

@@ -21,8 +21,9 @@ import (
 //   - on Flush, Sync, Close and Truncate (so close-to-open consistency and
 //     the durability of Sync are those of a write-through handle: the
 //     bytes are on every replica before the length is published);
-//   - when the handle holds more than wbLimit dirty bytes (the writer that
-//     crosses the limit writes everything back before it returns);
+//   - when the handle holds more than Options.WriteBehind dirty bytes (64
+//     MiB by default; the writer that crosses the limit writes everything
+//     back before it returns);
 //   - before the session is renewed (every 10 s of writing).
 //
 // Writing back, a chunk's extents become one chain write: when there are
@@ -40,10 +41,7 @@ import (
 // ReadAt through the handle sees its buffered writes (they are laid over
 // what it reads). Writes of wbDirect bytes or more go through at once,
 // dropping the buffered bytes they overwrite.
-const (
-	wbDirect = 128 << 10
-	wbLimit  = 32 << 20
-)
+const wbDirect = 128 << 10
 
 // writerCount counts the open WriteFiles per inode of one FS.
 type writerCount struct {
@@ -148,8 +146,8 @@ func (d *dirtyChunk) overlay(p []byte, off int64) {
 	}
 }
 
-// buffer keeps a small write; it reports whether the handle is now over
-// wbLimit. Called with w.mu held.
+// buffer keeps a small write; it reports whether the handle now holds more
+// than Options.WriteBehind bytes. Called with w.mu held.
 func (w *wfile) buffer(p []byte, off int64) (over bool) {
 	if w.dirty == nil {
 		w.dirty = map[uint64]*dirtyChunk{}
@@ -162,7 +160,7 @@ func (w *wfile) buffer(p []byte, off int64) (over bool) {
 		}
 		w.dirtyBytes += d.put(in, b)
 	})
-	return w.dirtyBytes > wbLimit
+	return w.dirtyBytes > w.fs.opts.WriteBehind
 }
 
 // dropBuffered drops the buffered bytes a direct write of [off, off+n)
