@@ -109,6 +109,32 @@ func (s *Service) CollectGarbage(ctx context.Context, limit int) (GCStats, error
 	}
 	for i := range recs {
 		r := &recs[i]
+		// A truncation's own call collects its record before it returns;
+		// the collector takes over only records left by a server that died
+		// first. Collecting a young one here could cut a chunk after the
+		// truncating call returned and its client wrote new bytes into it.
+		if !r.Delete && nowNano()-r.Queued < int64(truncateGrace) {
+			st.Deferred++
+			continue
+		}
+		if !r.Delete {
+			// Still queued as read? The truncation's own collect may have
+			// done it since, and new bytes may have been written after it:
+			// cutting the chunks again would lose them.
+			var cur gcRecord
+			var ok bool
+			err := s.store.View(ctx, func(tx kv.ReadTxn) error {
+				var err error
+				ok, err = getJSON(ctx, tx, gcKey(r.Inode), &cur)
+				return err
+			})
+			if err != nil {
+				return st, err
+			}
+			if !ok || cur.Queued != r.Queued {
+				continue
+			}
+		}
 		if r.Delete {
 			busy, err := s.hasSessions(ctx, r.Inode)
 			if err != nil {
@@ -161,6 +187,10 @@ func (s *Service) hasSessions(ctx context.Context, inode uint64) (bool, error) {
 	})
 	return busy, err
 }
+
+// truncateGrace is how old a truncation's GC record must be before the
+// collector takes it (the truncating call collects it itself at once).
+const truncateGrace = 30 * time.Second
 
 // collect removes the chunks a GC record names, then the record (and, for
 // a deleted file, its inode and sessions) in one transaction.
