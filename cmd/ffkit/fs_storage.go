@@ -4,8 +4,11 @@ import (
 	"fmt"
 	"log"
 	"os"
+	"runtime/pprof"
 	"strconv"
 	"strings"
+	"sync"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -15,6 +18,44 @@ import (
 )
 
 func init() { registerFS(newFSStorageCmd) }
+
+// storageProfile writes a CPU profile of this storage process when
+// FFKIT_STORAGE_CPUPROFILE names a file prefix (PREFIX.node<N>.pprof), for
+// FFKIT_STORAGE_CPUPROFILE_SECONDS (default 60) or until the process
+// stops, whichever comes first: benchmarks kill storage processes with
+// SIGKILL, so the profile is finished on a timer. Returns the stop
+// function, or nil when not profiling.
+func storageProfile(node uint32, logger *log.Logger) func() {
+	prefix := os.Getenv("FFKIT_STORAGE_CPUPROFILE")
+	if prefix == "" {
+		return nil
+	}
+	secs, err := strconv.Atoi(os.Getenv("FFKIT_STORAGE_CPUPROFILE_SECONDS"))
+	if err != nil || secs <= 0 {
+		secs = 60
+	}
+	name := fmt.Sprintf("%s.node%d.pprof", prefix, node)
+	f, err := os.Create(name)
+	if err != nil {
+		logger.Printf("cpu profile: %v", err)
+		return nil
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		logger.Printf("cpu profile: %v", err)
+		f.Close()
+		return nil
+	}
+	var once sync.Once
+	stop := func() {
+		once.Do(func() {
+			pprof.StopCPUProfile()
+			f.Close()
+			logger.Printf("cpu profile written to %s", name)
+		})
+	}
+	t := time.AfterFunc(time.Duration(secs)*time.Second, stop)
+	return func() { t.Stop(); stop() }
+}
 
 func newFSStorageCmd() *cobra.Command {
 	var (
@@ -70,6 +111,9 @@ entry for the mgmtd URL. The first line on stdout is the service's address.`,
 				tcs = append(tcs, storage.TargetConfig{ID: proto.TargetID(id), Dir: dir})
 			}
 			logger := log.New(os.Stderr, "", log.LstdFlags|log.Lmicroseconds)
+			if stop := storageProfile(node, logger); stop != nil {
+				defer stop()
+			}
 			s, err := storage.Start(storage.Config{Node: proto.NodeID(node), Targets: tcs, Mgmtd: addrs, Token: token,
 				Listen: listen, MetricsListen: metrics, HeartbeatInterval: timers.heartbeat, FailTimeout: timers.failTimeout,
 				Faults: transport.FaultsFromEnv(), Logf: logger.Printf})

@@ -2,8 +2,10 @@ package client
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"hash/crc32"
 	"io"
 	"math/rand/v2"
 	"slices"
@@ -400,8 +402,12 @@ type span struct {
 	off, end int64
 	members  []int
 	failed   map[proto.TargetID]bool // replicas that failed this span
-	checksum int                     // replicas that failed it by checksum
+	badSum   map[proto.TargetID]bool // replicas that failed it by checksum
 	done     bool
+	// verifyAt: the bytes target verifyAt sent failed the client's check;
+	// the span is read again from it, verified there, so that the target
+	// finds (and repairs) a corrupt chunk, or the bytes were bad in flight.
+	verifyAt proto.TargetID
 }
 
 // ReadChunks performs a batch of reads; see the package comment.
@@ -487,7 +493,11 @@ func (c *Client) readAttempt(ctx context.Context, r *proto.Routing, reads []Chun
 			firstErr = fmt.Errorf("%w: chain %d has no serving target (%s)", proto.ErrTargetOffline, ch.ID, ch.String())
 			continue
 		}
-		if sp.checksum >= len(cands) {
+		allBad := true
+		for _, t := range cands {
+			allBad = allBad && sp.badSum[t.ID]
+		}
+		if allBad {
 			return fmt.Errorf("%w: chunk %v fails its checksum on every replica of chain %d", proto.ErrChecksum, sp.chunk, sp.chain)
 		}
 		var ok []proto.ChainTarget
@@ -515,7 +525,19 @@ func (c *Client) readAttempt(ctx context.Context, r *proto.Routing, reads []Chun
 				best, bl = t, l
 			}
 		}
+		sums := true
+		if sp.verifyAt != 0 {
+			for _, t := range cands {
+				if t.ID == sp.verifyAt {
+					best = t
+				}
+			}
+			sp.verifyAt, sums = 0, false
+		}
 		n := sp.end - sp.off
+		// Large block-aligned reads are verified here, on bytes just
+		// received (see proto.ReadIO.Sums); the target does not read them.
+		sums = sums && n >= clientVerifyMin && sp.off%proto.BlockSize == 0
 		c.node(best.Node).inflight.Add(n)
 		bs := batches[best.Node]
 		if len(bs) == 0 || len(bs[len(bs)-1].ios) >= c.opts.MaxBatchIOs || bs[len(bs)-1].bytes+n > c.opts.MaxBatchBytes && len(bs[len(bs)-1].ios) > 0 {
@@ -524,7 +546,7 @@ func (c *Client) readAttempt(ctx context.Context, r *proto.Routing, reads []Chun
 		}
 		b := bs[len(bs)-1]
 		b.spans = append(b.spans, sp)
-		b.ios = append(b.ios, proto.ReadIO{Chain: sp.chain, ChainVer: ch.Version, Target: best.ID, Chunk: sp.chunk, Off: sp.off, Len: n})
+		b.ios = append(b.ios, proto.ReadIO{Chain: sp.chain, ChainVer: ch.Version, Target: best.ID, Chunk: sp.chunk, Off: sp.off, Len: n, Sums: sums})
 		b.bytes += n
 	}
 	var mu sync.Mutex // guards firstErr
@@ -574,6 +596,7 @@ func (c *Client) readBatch(ctx context.Context, r *proto.Routing, reads []ChunkR
 	c.countReadRequest(len(b.ios), b.bytes)
 	var resp proto.BatchReadResp
 	got := make([]int64, len(b.ios)) // bytes stored per IO, from the reply
+	bad := make([]bool, len(b.ios))  // bytes that failed the client's check
 	// The reply's data goes straight from the connection into the callers'
 	// buffers: a span read for one buffer at its offset lands in place;
 	// merged spans go through a scratch buffer and are scattered.
@@ -583,10 +606,11 @@ func (c *Client) readBatch(ctx context.Context, r *proto.Routing, reads []ChunkR
 		}
 		total := int64(0)
 		for i, res := range resp.Results {
-			if res.N < 0 || res.N > b.ios[i].Len || (res.Code != "" && res.N != 0) {
+			if res.N < 0 || res.N > b.ios[i].Len || (res.Code != "" && res.N != 0) ||
+				(res.Sums != 0 && (!b.ios[i].Sums || res.Sums != 4*((res.N+proto.BlockSize-1)/proto.BlockSize))) {
 				return fmt.Errorf("%w: node %d sent a malformed read reply", proto.ErrIO, b.node)
 			}
-			total += res.N
+			total += res.Sums + res.N
 		}
 		if total != int64(n) {
 			return fmt.Errorf("%w: node %d sent %d data bytes for results totalling %d", proto.ErrIO, b.node, n, total)
@@ -596,14 +620,24 @@ func (c *Client) readBatch(ctx context.Context, r *proto.Routing, reads []ChunkR
 				continue
 			}
 			sp := b.spans[i]
-			if len(sp.members) == 1 && reads[sp.members[0]].Off == sp.off {
-				if _, err := io.ReadFull(rd, reads[sp.members[0]].Buf[:res.N]); err != nil {
+			var sums []byte
+			if res.Sums > 0 {
+				sums = make([]byte, res.Sums)
+				if _, err := io.ReadFull(rd, sums); err != nil {
 					return err
 				}
+			}
+			if len(sp.members) == 1 && reads[sp.members[0]].Off == sp.off {
+				ok, err := readVerified(rd, reads[sp.members[0]].Buf[:res.N], sums)
+				if err != nil {
+					return err
+				}
+				bad[i] = !ok
 			} else {
 				tmp := transport.GetBuffer(int(res.N))
-				_, err := io.ReadFull(rd, tmp)
-				if err == nil {
+				ok, err := readVerified(rd, tmp, sums)
+				bad[i] = !ok
+				if err == nil && ok {
 					for _, m := range sp.members {
 						q := &reads[m]
 						if lo := q.Off - sp.off; lo < res.N {
@@ -637,7 +671,10 @@ func (c *Client) readBatch(ctx context.Context, r *proto.Routing, reads []ChunkR
 		if res.Code != "" {
 			e := error(&transport.RemoteError{Code: res.Code, Msg: res.Msg})
 			if errors.Is(e, proto.ErrChecksum) {
-				sp.checksum++
+				if sp.badSum == nil {
+					sp.badSum = map[proto.TargetID]bool{}
+				}
+				sp.badSum[b.ios[i].Target] = true
 			}
 			if !errors.Is(e, proto.ErrNotCommitted) {
 				sp.failed[b.ios[i].Target] = true
@@ -647,6 +684,16 @@ func (c *Client) readBatch(ctx context.Context, r *proto.Routing, reads []ChunkR
 			}
 			if errors.Is(e, proto.ErrChecksum) {
 				firstErr = fmt.Errorf("%w (retrying another replica)", proto.ErrTargetOffline)
+			}
+			continue
+		}
+		if bad[i] {
+			// The bytes failed their block CRCs here: read them again from
+			// the same target, verified there (it repairs a corrupt chunk
+			// and answers ErrChecksum, and the read fails over).
+			sp.verifyAt = b.ios[i].Target
+			if firstErr == nil {
+				firstErr = fmt.Errorf("%w: chunk %v from target %d failed its checksum in the client (re-reading it verified by the target)", proto.ErrTargetOffline, sp.chunk, b.ios[i].Target)
 			}
 			continue
 		}
@@ -660,6 +707,39 @@ func (c *Client) readBatch(ctx context.Context, r *proto.Routing, reads []ChunkR
 	}
 	return firstErr
 }
+
+// clientVerifyMin: reads at least this large (and block-aligned) are
+// verified by the client; smaller ones by the target.
+const clientVerifyMin = 64 << 10
+
+// readVerified fills buf from r. With sums (the big-endian CRC32C of each
+// proto.BlockSize block of buf, the last possibly short), it checks the
+// blocks as they arrive, a segment at a time while the bytes are still in
+// the CPU's cache, and reports ok=false on a mismatch (buf is filled
+// anyway, so the connection stays in step). err is a read error.
+func readVerified(r io.Reader, buf []byte, sums []byte) (ok bool, err error) {
+	if sums == nil {
+		_, err := io.ReadFull(r, buf)
+		return err == nil, err
+	}
+	const seg = 64 * proto.BlockSize
+	ok = true
+	for lo := 0; lo < len(buf); lo += seg {
+		hi := min(lo+seg, len(buf))
+		if _, err := io.ReadFull(r, buf[lo:hi]); err != nil {
+			return false, err
+		}
+		for b := lo; ok && b < hi; b += proto.BlockSize {
+			k := b / proto.BlockSize
+			if crc32.Checksum(buf[b:min(b+proto.BlockSize, hi)], castagnoli) != binary.BigEndian.Uint32(sums[4*k:]) {
+				ok = false
+			}
+		}
+	}
+	return ok, nil
+}
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
 // ReplicaChunks lists the chunks of inode held by one target of a chain
 // (committed ones; ErrNotCommitted-wrapped if any is pending), for

@@ -30,7 +30,11 @@
 //	// service, neighbouring ranges of one chunk merged into one read, with
 //	// bounded requests in flight per service, and fail over to another replica
 //	// (a service that just failed is avoided for 2 s). Reply data is received
-//	// straight into the callers' buffers.
+//	// straight into the callers' buffers. Block-aligned reads of 64 KiB or
+//	// more are checksummed here (CRC32C per 4 KiB block, sent by the
+//	// target with the bytes, which it sends from its page cache unread) as
+//	// they arrive; on a mismatch the target re-reads and verifies the range
+//	// (finding and repairing a corrupt replica) and the read fails over.
 //	reads := []client.ChunkRead{{Chain: chain, Chunk: id, Off: 0, Buf: buf}}
 //	err = c.ReadChunks(ctx, reads)   // reads[i].N set on return
 //

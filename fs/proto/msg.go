@@ -71,6 +71,13 @@ type ReadIO struct {
 	Chunk    ChunkID  `json:"chunk"`
 	Off      int64    `json:"off"`
 	Len      int64    `json:"len"`
+	// Sums: the client verifies this read itself. A target that can (a
+	// block-aligned range, ending on a block boundary or at the chunk's
+	// end, in a file it can send from) then replies with the stored CRC32C
+	// of every block ahead of the bytes (ReadResult.Sums) and sends the
+	// bytes straight from its page cache without reading them; otherwise it
+	// verifies them as always.
+	Sums bool `json:"sums,omitempty"`
 }
 
 // BatchReadReq reads many ranges from one storage service.
@@ -78,11 +85,16 @@ type BatchReadReq struct {
 	IOs []ReadIO `json:"ios"`
 }
 
-// ReadResult is one IO's outcome. N bytes of data (fewer than asked when
-// the chunk is shorter) follow the previous results' bytes in the frame's
-// data. Code is a wire error code ("" for success).
+// ReadResult is one IO's outcome. Sums bytes of CRCs then N bytes of data
+// (fewer than asked when the chunk is shorter) follow the previous
+// results' bytes in the frame's data. Code is a wire error code ("" for success).
 type ReadResult struct {
-	N    int64  `json:"n"`
+	N int64 `json:"n"`
+	// Sums > 0: this many bytes of block CRCs (4 per BlockSize block of
+	// the N bytes, big-endian, the last block possibly short) precede the N
+	// bytes in the frame's data, and the bytes are not verified by the
+	// target: the client must check them (ReadIO.Sums).
+	Sums int64  `json:"sums,omitempty"`
 	Code string `json:"code,omitempty"`
 	Msg  string `json:"msg,omitempty"`
 }

@@ -118,14 +118,6 @@ func (c *CrashFS) SetCapacity(n int) {
 	c.capacity = n
 }
 
-// StatFS reports the capacity set by SetCapacity (0: unknown) and what is
-// left of it, as one file system "crashfs".
-func (c *CrashFS) StatFS(dir string) (FSStat, error) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return FSStat{Capacity: int64(c.capacity), Free: max(0, int64(c.capacity-c.used())), ID: "crashfs"}, nil
-}
-
 // Used is the bytes held by all files.
 func (c *CrashFS) Used() int {
 	c.mu.Lock()

@@ -15,6 +15,20 @@
 // committed file and a pending file of a newer version whose header
 // verifies; everything else is a leftover and is removed.
 //
+// # Reads
+//
+// Reads of 64 KiB or more come from a shared read-only mapping of the
+// committed file (immutable: a new version is a new file) and go out with
+// sendfile(2), so the reply's bytes are never copied in this process. A
+// read is verified against the block CRCs here, unless the client asks to
+// verify it itself (proto.ReadIO.Sums) and it is block-aligned: then the
+// target sends the stored block CRCs ahead of the bytes and does not read
+// them at all, and the client checks each block as it arrives (while the
+// bytes are in its cache). A client whose check fails reads the range
+// again from the same target without Sums, so the target finds the
+// corrupt chunk and leaves its chain for repair (see below), and the read
+// fails over. Either way no caller ever gets bytes that fail their CRC.
+//
 // # Durability model
 //
 // An update's pending file and its directory entry are fsynced before

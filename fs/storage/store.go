@@ -674,7 +674,26 @@ const mmapMin = 64 << 10
 // file or a pooled buffer: the caller must call release once done with it
 // (after the reply is written).
 func (t *Target) readRef(id proto.ChunkID, off, n int64, allowPending bool) ([]byte, func(), *version, error) {
+	b, release, v, _, _, err := t.readRefSrc(id, off, n, allowPending, false)
+	return b, release, v, err
+}
+
+// fileSrc names where a read's bytes lie in a chunk file, for sendfile.
+type fileSrc struct {
+	f   *os.File // nil: the bytes are only in memory
+	off int64
+}
+
+// readRefSrc is readRef, also returning, when the bytes are in a mapping
+// of an OS file, that file and their offset in it: the file stays open
+// until release, so the reply may send them from the page cache
+// (sendfile) rather than copy them from the mapping. With clientSums, a
+// block-aligned range (ending on a block boundary or at the chunk's end)
+// in such a file is not verified here: its stored block CRCs are returned
+// (non-nil) for the client to check the bytes against.
+func (t *Target) readRefSrc(id proto.ChunkID, off, n int64, allowPending, clientSums bool) ([]byte, func(), *version, fileSrc, []uint32, error) {
 	noop := func() {}
+	var src fileSrc
 	t.mu.Lock()
 	c := t.chunks[id]
 	var v *version
@@ -682,16 +701,16 @@ func (t *Target) readRef(id proto.ChunkID, off, n int64, allowPending bool) ([]b
 	if c != nil {
 		if c.pending != nil && !allowPending {
 			t.mu.Unlock()
-			return nil, nil, nil, fmt.Errorf("%w: chunk %v v%d pending on target %d", proto.ErrNotCommitted, id, c.pending.ver, t.ID)
+			return nil, nil, nil, src, nil, fmt.Errorf("%w: chunk %v v%d pending on target %d", proto.ErrNotCommitted, id, c.pending.ver, t.ID)
 		}
 		v, corrupt = c.committed, c.corrupt
 	}
 	t.mu.Unlock()
 	if corrupt {
-		return nil, nil, v, fmt.Errorf("%w: chunk %v on target %d", proto.ErrChecksum, id, t.ID)
+		return nil, nil, v, src, nil, fmt.Errorf("%w: chunk %v on target %d", proto.ErrChecksum, id, t.ID)
 	}
 	if v == nil || v.removed || off >= v.length {
-		return nil, noop, v, nil
+		return nil, noop, v, src, nil, nil
 	}
 	end := min(off+n, v.length)
 	lo := off / proto.BlockSize * proto.BlockSize
@@ -703,9 +722,9 @@ func (t *Target) readRef(id proto.ChunkID, off, n int64, allowPending bool) ([]b
 		moved := c.committed != v
 		t.mu.Unlock()
 		if moved {
-			return t.readRef(id, off, n, allowPending)
+			return t.readRefSrc(id, off, n, allowPending, clientSums)
 		}
-		return nil, nil, v, t.ioErr("open", t.path(id, v.ver, false), err)
+		return nil, nil, v, src, nil, t.ioErr("open", t.path(id, v.ver, false), err)
 	}
 	var buf []byte
 	var release func()
@@ -714,6 +733,9 @@ func (t *Target) readRef(id proto.ChunkID, off, n int64, allowPending bool) ([]b
 	if m := ref.mapping(HeaderSize + v.length); m != nil && (hi-lo >= mmapMin || ref.cached) {
 		buf = m[HeaderSize+lo : HeaderSize+hi]
 		release = func() { ref.release(t) }
+		if of, ok := ref.f.(*os.File); ok {
+			src = fileSrc{f: of, off: HeaderSize + off}
+		}
 		if hi-lo >= 256<<10 {
 			// Start reading the whole range from disk at once if it is not
 			// cached, instead of faulting it in 128 KiB at a time.
@@ -724,15 +746,20 @@ func (t *Target) readRef(id proto.ChunkID, off, n int64, allowPending bool) ([]b
 		buf = transport.GetBuffer(int(hi - lo))
 		if k, err := ref.f.ReadAt(buf, HeaderSize+lo); int64(k) < hi-lo {
 			transport.PutBuffer(buf)
-			return nil, nil, v, t.ioErr("read", t.path(id, v.ver, false), fmt.Errorf("short read %d of %d: %v", k, hi-lo, err))
+			return nil, nil, v, src, nil, t.ioErr("read", t.path(id, v.ver, false), fmt.Errorf("short read %d of %d: %v", k, hi-lo, err))
 		}
 		pooled := buf
 		release = func() { transport.PutBuffer(pooled) }
 	}
+	if clientSums && src.f != nil && off == lo && end == hi {
+		// The client checks the bytes against the stored block CRCs
+		// (proto.ReadIO.Sums); they go out from the page cache unread.
+		return buf, release, v, src, v.crcs[lo/proto.BlockSize : (hi+proto.BlockSize-1)/proto.BlockSize], nil
+	}
 	bad, err := verifyBlocks(buf, lo, hi, v.crcs)
 	if err != nil {
 		release()
-		return nil, nil, v, t.ioErr("read", t.path(id, v.ver, false), err)
+		return nil, nil, v, src, nil, t.ioErr("read", t.path(id, v.ver, false), err)
 	}
 	if bad >= 0 {
 		release()
@@ -741,9 +768,9 @@ func (t *Target) readRef(id proto.ChunkID, off, n int64, allowPending bool) ([]b
 			c.corrupt = true
 		}
 		t.mu.Unlock()
-		return nil, nil, v, fmt.Errorf("%w: chunk %v v%d block %d on target %d", proto.ErrChecksum, id, v.ver, bad, t.ID)
+		return nil, nil, v, src, nil, fmt.Errorf("%w: chunk %v v%d block %d on target %d", proto.ErrChecksum, id, v.ver, bad, t.ID)
 	}
-	return buf[off-lo : end-lo], release, v, nil
+	return buf[off-lo : end-lo], release, v, src, nil, nil
 }
 
 // verifyBlocks checks the CRC of every block of buf (chunk bytes [lo, hi))

@@ -298,3 +298,56 @@ func (c *cluster) cpuTime() time.Duration {
 	}
 	return total
 }
+
+// BenchmarkSeqReadWarm reads the same 128 MiB (4 MiB chunks, 8 in flight)
+// again and again from a warm page cache: a steady load for profiling the
+// read path (FFKIT_STORAGE_CPUPROFILE profiles the storage processes, see
+// `ffkit fs storage`; -cpuprofile the client).
+//
+//	go test -run XXX -bench SeqReadWarm -benchtime 40x ./fs/systest
+func BenchmarkSeqReadWarm(b *testing.B) {
+	c := newCluster(b, 3)
+	ctx := context.Background()
+	const chunk, n = 4 << 20, 32
+	chains := c.cl.Chains()
+	payload := make([]byte, chunk)
+	for i := range payload {
+		payload[i] = byte(rand.Uint32())
+	}
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(8)
+	for i := 0; i < n; i++ {
+		g.Go(func() error {
+			return c.cl.WriteChunk(gctx, chains[i%len(chains)], client.ChunkID{Inode: 1, Index: uint64(i)}, 0, payload)
+		})
+	}
+	if err := g.Wait(); err != nil {
+		b.Fatal(err)
+	}
+	bufs := make(chan []byte, 8)
+	for i := 0; i < 8; i++ {
+		bufs <- make([]byte, chunk)
+	}
+	read := func() {
+		g, gctx := errgroup.WithContext(ctx)
+		g.SetLimit(8)
+		for i := 0; i < n; i++ {
+			g.Go(func() error {
+				buf := <-bufs
+				defer func() { bufs <- buf }()
+				return c.cl.ReadChunks(gctx, []client.ChunkRead{{Chain: chains[i%len(chains)], Chunk: client.ChunkID{Inode: 1, Index: uint64(i)}, Buf: buf}})
+			})
+		}
+		if err := g.Wait(); err != nil {
+			b.Fatal(err)
+		}
+	}
+	read()
+	b.SetBytes(chunk * n)
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		read()
+	}
+	b.StopTimer()
+	fmt.Printf("warm sequential read %.0f MiB/s vs tcp loopback %.0f MiB/s\n", float64(b.N)*chunk*n/b.Elapsed().Seconds()/(1<<20), tcpLoopback(b, chunk*n))
+}

@@ -199,7 +199,7 @@ func (c *Conn) readLoop(br *bufio.Reader) {
 				broken(err)
 				return
 			}
-			lr := &io.LimitedReader{R: br, N: int64(n - fixedLen - h)}
+			lr := &frameReader{br: br, nc: c.nc, N: int64(n - fixedLen - h)}
 			err := json.Unmarshal(hdr, p.resp)
 			if err != nil {
 				err = fmt.Errorf("transport: bad reply from %s: %w", c.addr, err)
@@ -236,6 +236,40 @@ func (c *Conn) readLoop(br *bufio.Reader) {
 			f.Release() // the caller gave up
 		}
 	}
+}
+
+// frameReader hands a sink the rest of one frame: the bytes the
+// connection's bufio.Reader already holds, then large reads straight from
+// the socket (never past the frame, so the bufio.Reader stays in step), so
+// that bulk reply data lands in the sink's buffers with one copy, in
+// whatever pieces the sink reads it.
+type frameReader struct {
+	br *bufio.Reader
+	nc net.Conn
+	N  int64 // bytes of the frame left
+}
+
+// directRead: reads at least this large skip the bufio.Reader.
+const directRead = 64 << 10
+
+func (f *frameReader) Read(p []byte) (int, error) {
+	if f.N <= 0 {
+		return 0, io.EOF
+	}
+	if int64(len(p)) > f.N {
+		p = p[:f.N]
+	}
+	var k int
+	var err error
+	if b := f.br.Buffered(); b > 0 {
+		k, err = f.br.Read(p[:min(len(p), b)])
+	} else if len(p) >= directRead {
+		k, err = f.nc.Read(p)
+	} else {
+		k, err = f.br.Read(p) // small reads: one system call fills the buffer for many
+	}
+	f.N -= int64(k)
+	return k, err
 }
 
 // Call sends a request with a JSON header and raw data parts and waits for

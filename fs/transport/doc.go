@@ -19,7 +19,12 @@
 // Bulk data never goes through JSON: a sender passes its buffers to one
 // writev (net.Buffers) and a receiver reads the whole frame into one buffer
 // that the data slice points into, so chunk bytes are copied once per hop by
-// the kernel and once into the caller's buffer.
+// the kernel and once into the caller's buffer. A server handler may mark
+// a reply part as the bytes of a file (Request.SendFile): it then goes out
+// with sendfile(2) from the page cache, not copied at all on the sending
+// side. A client call with a Sink (CallInto) has large reply reads land
+// straight from the socket in the caller's buffers (frameReader), past
+// the connection's bufio.Reader.
 //
 // # Faults
 //

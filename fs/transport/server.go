@@ -19,7 +19,8 @@ type Request struct {
 	Data   []byte
 	Peer   string // the caller's name
 
-	after []func() // run once the reply is written
+	after []func()          // run once the reply is written
+	files map[*byte]fileSrc // reply data parts to send from files
 }
 
 // AfterReply registers f to run once the reply has been written (or
@@ -203,7 +204,11 @@ func (s *Server) serveConn(nc net.Conn) {
 			if s.opts.Faults != nil && s.opts.Faults.Blocked(s.opts.Name, peer) {
 				return
 			}
-			if err := writeFrame(nc, &wmu, f.ID, typ, f.Method, hdr, data); err != nil {
+			var files map[*byte]fileSrc
+			if typ == TReply {
+				files = req.files
+			}
+			if err := writeFrameFiles(nc, &wmu, f.ID, typ, f.Method, hdr, data, files); err != nil {
 				nc.Close()
 			}
 		}(f)
