@@ -222,7 +222,11 @@ func wireErr(err error) error {
 		return err
 	}
 	switch {
-	case errors.Is(err, kv.ErrUnavailable):
+	case errors.Is(err, kv.ErrUnavailable),
+		// The server's own context ended (it is shutting down) in the middle
+		// of the operation: another server may do it, and request ids make
+		// the retry safe if this one had committed.
+		errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
 		return &Error{Code: "kv/unavailable", Msg: err.Error(), Base: kv.ErrUnavailable}
 	case errors.Is(err, kv.ErrConflict):
 		return &Error{Code: "kv/conflict", Msg: err.Error(), Base: kv.ErrConflict}
