@@ -251,6 +251,7 @@ class Loader:
         self._handed = 0  # batches handed out and not yet counted released
         self._released = collections.deque()  # slots released (appended by finalizers)
         self._live = set()  # slots handed out and not yet released
+        self._refs = {}  # slot -> weakref to its lent memory (callback releases)
         template = h["state"]
         if self._state is not None:
             # A new helper (fork, or the old one died): continue where we were.
@@ -281,14 +282,20 @@ class Loader:
             self._live.discard(slot)
 
     @staticmethod
-    def _release(board, released, slot, seq, pid):
-        # Runs when the batch is released or garbage: no locks, no I/O. In a
-        # forked child the board belongs to the parent's engine: a copy of a
-        # batch dying there must not free the parent's slot.
-        if os.getpid() != pid:
-            return
-        board[slot] = seq
-        released.append(slot)
+    def _releaser(board, released, refs, slot, seq, pid):
+        """The function that gives slot back (lend seq) exactly once: called
+        by Batch.release(), or as the weakref callback when the slot's memory
+        is garbage. No locks, no I/O. In a forked child the board belongs to
+        the parent's engine: a copy of a batch dying there must not free the
+        parent's slot."""
+
+        def fin(ref=None):
+            if refs.pop(slot, None) is None or os.getpid() != pid:
+                return
+            board[slot] = seq
+            released.append(slot)
+
+        return fin
 
     # -- iteration ---------------------------------------------------------
 
@@ -380,7 +387,10 @@ class Loader:
         buf = np.frombuffer(mem, dtype=np.uint8)
         st = h["state"]
         state = dict(self._state, epoch=st["epoch"], cursor=st["cursor"], step=st["step"])
-        fin = weakref.finalize(mem, Loader._release, self._board, self._released, slot, h["seq"], self._pid)
+        # A weakref (cheaper than weakref.finalize) kept in _refs until the
+        # slot is released, by release() or by the memory dying.
+        fin = Loader._releaser(self._board, self._released, self._refs, slot, h["seq"], self._pid)
+        self._refs[slot] = weakref.ref(mem, fin)
         self._handed += 1
         self._live.add(slot)
         self._state = state
