@@ -54,8 +54,11 @@
 // The Go loader reads each batch straight into a free slot (a loader.Arena
 // over the ring). "loader_stream" turns its connection into a one-way
 // stream: the engine writes one reply frame per batch as soon as it is
-// ready, naming the slot, a lend number, the sample indices and each
-// sample's [start, end) in the slot. The slot is lent to Python until
+// ready. A batch reply (of loader_stream and loader_next) has the constant
+// header {"batch":true,"ok":true} and a binary body of little-endian int64s:
+// slot, lend number, n, epoch, step, padded, the state after the batch
+// (epoch, cursor, step), the n sample indices, and each sample's [start,
+// end) in the slot; so no JSON is encoded or decoded per batch. The slot is lent to Python until
 // Python writes the lend number into the slot's board word (no request, no
 // system call); the engine reads the board before each batch and, when no
 // slot is free, every 100 µs. The ring's slot count (prefetch + hold +

@@ -157,9 +157,21 @@ func TestLoaderStreamDeliversAnEpoch(t *testing.T) {
 		if h["error"] != nil {
 			t.Fatal(h["error"])
 		}
-		n := int(h["n"].(float64))
-		v, _ := int64s(body)
-		slot := int(h["slot"].(float64))
+		if h["batch"] != true {
+			t.Fatalf("batch reply header %v", h)
+		}
+		meta, _ := int64s(body)
+		if len(meta) < batchMeta {
+			t.Fatalf("batch body of %d int64s", len(meta))
+		}
+		slot, seq, n := int(meta[0]), uint32(meta[1]), int(meta[2])
+		if epoch, step, cursor := meta[3], meta[4], meta[7]; epoch != 0 || step != int64(b) || (b < 6 && cursor != int64(b+1)*16) {
+			t.Fatalf("batch %d: epoch %d step %d cursor %d", b, epoch, step, cursor)
+		}
+		v := meta[batchMeta:]
+		if len(v) != 3*n {
+			t.Fatalf("batch of %d samples with %d int64s", n, len(v))
+		}
 		base := board + slot*slotSize
 		for k := 0; k < n; k++ {
 			i := v[k]
@@ -168,7 +180,7 @@ func TestLoaderStreamDeliversAnEpoch(t *testing.T) {
 			}
 			seen[i] = true
 		}
-		binary.LittleEndian.PutUint32(ring[4*slot:], uint32(h["seq"].(float64)))
+		binary.LittleEndian.PutUint32(ring[4*slot:], seq)
 	}
 	if len(seen) != 100 {
 		t.Fatalf("an epoch delivered %d distinct samples, want 100", len(seen))

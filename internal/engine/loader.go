@@ -329,25 +329,34 @@ func loaderNext(ctx context.Context, s *Server, hdr, body []byte, fds []int) (re
 	return reply{header: hdr2, body: out}, nil
 }
 
-// lendReply lends b to Python and describes it: the header names its slot,
-// lend number, epoch, step and the state after it; the body holds n int64
-// sample indices and n [start, end) pairs of positions within the slot.
-func (h *loaderHandle) lendReply(b *loader.Batch) (map[string]any, []byte, error) {
+// batchHeader is the header of every batch reply: the batch itself is
+// described in the body, so that neither side handles JSON per batch.
+var batchHeader = json.RawMessage(`{"batch":true,"ok":true}`)
+
+// batchMeta is the number of int64s that open a batch reply's body.
+const batchMeta = 9
+
+// lendReply lends b to Python and describes it. The header is batchHeader;
+// the body is little-endian int64s: slot, lend number, n, epoch, step,
+// padded, then the state after the batch (epoch, cursor, step), then n
+// sample indices, then n [start, end) pairs of positions within the slot.
+func (h *loaderHandle) lendReply(b *loader.Batch) (any, []byte, error) {
 	seq, ok := h.lend(b)
 	if !ok { // closed meanwhile
 		b.Release()
 		return nil, nil, fmt.Errorf("%w: loader closed", ErrBadRequest)
 	}
 	n := len(b.Samples)
-	out := make([]int64, 3*n)
-	copy(out, b.Indices)
+	st := b.State()
+	out := make([]int64, batchMeta+3*n)
+	copy(out, []int64{int64(b.Slot), int64(seq), int64(n), b.Epoch, b.Step, int64(b.Padded), st.Epoch, st.Cursor, st.Step})
+	copy(out[batchMeta:], b.Indices)
+	pos := out[batchMeta+n:]
 	for i, smp := range b.Samples {
 		start := b.Offset(i)
-		out[n+2*i], out[n+2*i+1] = start, start+int64(len(smp))
+		pos[2*i], pos[2*i+1] = start, start+int64(len(smp))
 	}
-	st := b.State()
-	return map[string]any{"ok": true, "slot": b.Slot, "seq": seq, "n": n, "epoch": b.Epoch, "step": b.Step,
-		"padded": b.Padded, "state": map[string]int64{"epoch": st.Epoch, "cursor": st.Cursor, "step": st.Step}}, putInt64s(out), nil
+	return batchHeader, putInt64s(out), nil
 }
 
 // loaderStream pushes batches to Python as they are ready, one reply frame

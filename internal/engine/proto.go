@@ -93,9 +93,14 @@ func unexpected(err error) error {
 // writeFrame sends a response header (marshalled to JSON), a body and
 // descriptors in one message where possible.
 func writeFrame(c *net.UnixConn, header any, body []byte, fds []int) error {
-	h, err := json.Marshal(header)
-	if err != nil {
-		return fmt.Errorf("engine: encode response: %w", err)
+	var h []byte
+	if raw, ok := header.(json.RawMessage); ok {
+		h = raw // already encoded (batch replies)
+	} else {
+		var err error
+		if h, err = json.Marshal(header); err != nil {
+			return fmt.Errorf("engine: encode response: %w", err)
+		}
 	}
 	buf := make([]byte, 8+len(h), 8+len(h)+len(body))
 	binary.LittleEndian.PutUint32(buf[0:4], uint32(len(h)))

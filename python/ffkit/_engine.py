@@ -28,7 +28,7 @@ import numpy as np
 
 from . import errors
 
-PROTOCOL_VERSION = 1
+PROTOCOL_VERSION = 2
 _BIN = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_bin", "ffkit")
 _PRE = struct.Struct("<II")
 _MAX_FDS = 4
@@ -121,6 +121,10 @@ def recv_reply(sock):
 
 
 _ANC = socket.CMSG_SPACE(_MAX_FDS * 4)
+# The constant header of a batch reply (the batch is described in the binary
+# body): recognised by its bytes, not parsed. BATCH is shared: never mutate.
+_BATCH_HEADER = b'{"batch":true,"ok":true}'
+BATCH = {"batch": True, "ok": True}
 _FD_SIZE = struct.calcsize("i")
 
 
@@ -175,7 +179,8 @@ class Pipe:
                 total = 8 + hl + bl
                 if avail >= total:
                     mv = self._mv
-                    hdr = json.loads(mv[s + 8 : s + 8 + hl].tobytes())
+                    h = mv[s + 8 : s + 8 + hl]
+                    hdr = BATCH if h == _BATCH_HEADER else json.loads(h.tobytes())
                     body = mv[s + 8 + hl : s + total].tobytes()
                     if avail == total:
                         self._start = self._end = 0

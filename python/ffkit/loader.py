@@ -40,6 +40,9 @@ from . import _engine, errors
 from .ffrecord import _paths
 
 
+_META = 9  # int64s that open a batch reply's body
+
+
 def _dist_defaults(rank, world_size):
     """rank and world size from torch.distributed when it is initialised (only
     if torch is already imported), else from RANK / WORLD_SIZE."""
@@ -378,23 +381,23 @@ class Loader:
         h = rep.header
         if h.get("end"):
             return None
-        n = h["n"]
+        # A batch reply's body: slot, lend number, n, epoch, step, padded,
+        # state (epoch, cursor, step), n indices, n [start, end) pairs.
         body = np.frombuffer(rep.body, dtype="<i8")
-        indices = body[:n].copy()
-        slot = h["slot"]
-        pos = body[n:].reshape(n, 2)
+        slot, seq, n, epoch, step, padded, s_epoch, s_cursor, s_step = body[:_META].tolist()
+        indices = body[_META : _META + n].copy()
+        pos = body[_META + n :].reshape(n, 2)
         mem = self._slot_type.from_buffer(self._ring, self._board_bytes + slot * self._slot_size)
         buf = np.frombuffer(mem, dtype=np.uint8)
-        st = h["state"]
-        state = dict(self._state, epoch=st["epoch"], cursor=st["cursor"], step=st["step"])
+        state = dict(self._state, epoch=s_epoch, cursor=s_cursor, step=s_step)
         # A weakref (cheaper than weakref.finalize) kept in _refs until the
         # slot is released, by release() or by the memory dying.
-        fin = Loader._releaser(self._board, self._released, self._refs, slot, h["seq"], self._pid)
+        fin = Loader._releaser(self._board, self._released, self._refs, slot, seq, self._pid)
         self._refs[slot] = weakref.ref(mem, fin)
         self._handed += 1
         self._live.add(slot)
         self._state = state
-        return Batch(indices, h["epoch"], h["step"], h["padded"], pos, buf, fin)
+        return Batch(indices, epoch, step, padded, pos, buf, fin)
 
     def __iter__(self):
         epoch = self._epoch
