@@ -250,3 +250,28 @@ def test_batches_dying_in_a_forked_child_do_not_free_the_parents_slots(gen):
         x = next(it)
         x.release()
     assert [s.tobytes() for s in b.samples] == want
+
+
+def test_equal_length_samples_are_rows_of_one_view(tmp_path):
+    # Equal-length samples take the 2-D-view path of Batch.samples; they must
+    # be the same 1-D views as slicing would give, and survive as views.
+    from ffkit.ffrecord import FileWriter
+
+    path = str(tmp_path / "eq.ffr")
+    data = [bytes([i % 251]) * 48 + i.to_bytes(4, "little") for i in range(300)]
+    with FileWriter(path, len(data)) as w:
+        for d in data:
+            w.write_one(d)
+    L = ffkit.Loader(path, batch_size=64, seed=5)
+    seen = []
+    for b in L:
+        s = b.samples
+        assert len(s) == len(b)
+        for i, x in zip(b.indices.tolist(), s):
+            assert x.ndim == 1 and x.dtype == np.uint8 and x.shape == (52,)
+            assert x.tobytes() == data[i]
+            assert np.shares_memory(x, b.data)
+        seen += b.indices.tolist()
+        b.release()
+    assert sorted(seen) == list(range(300))
+    L.close()
