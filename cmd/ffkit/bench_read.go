@@ -85,11 +85,7 @@ one plain pread each, with the same number of reads in flight; the ratio is
 ffkit's samples/s over the baseline's. With --fio, fio's 4 KiB random-read
 IOPS (io_uring, iodepth 64) on the dataset's largest file is measured too.
 By default 4 batches are in flight with 16 reads each: 64 reads in flight,
-as many as the baseline's preads and fio's iodepth. On local files with
-io_uring, all batches share one ring with 64 reads in flight in all (a batch
-may use more than --parallelism of them while others drain), so the depth
-stays at 64 across batch boundaries; FFKIT_PER_CALL_RING=1 restores one ring
-per batch with --parallelism reads each, for comparison.
+as many as the baseline's preads and fio's iodepth.
 
 Reads are made cold first: with --direct the page cache is bypassed (O_DIRECT);
 otherwise the dataset's files are evicted from the page cache before each
