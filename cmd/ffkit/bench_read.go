@@ -12,7 +12,6 @@ import (
 	"github.com/ffkit/ffkit/bench"
 	"github.com/ffkit/ffkit/ffrecord"
 	"github.com/ffkit/ffkit/fs"
-	"github.com/ffkit/ffkit/fs/localfs"
 )
 
 func init() { registerBench(newBenchReadCmd) }
@@ -236,14 +235,9 @@ func runBenchRead(ctx context.Context, paths []string, f benchReadFlags) error {
 		progress(fmt.Sprintf("round %d/%d: ffkit ReadBatch, %d batches of %d in flight, %s", round+1, f.rounds, f.inflight, f.batchSize, slice))
 		before, _ := fs.SumReadStats(fsyses)
 		issued.Store(0)
-		w0, d0 := localfs.RingStats()
 		o, err := bench.Run(ctx, bench.Options{Workers: f.inflight, Duration: slice, Warmup: f.warmup}, oursOp)
 		if err != nil {
 			return fmt.Errorf("bench read: %w", err)
-		}
-		if w1, d1 := localfs.RingStats(); w1 > w0 {
-			progress(fmt.Sprintf("round %d/%d: ffkit ReadBatch: %.1f reads in flight on average at each io_uring wait (shared ring)",
-				round+1, f.rounds, (d1*float64(w1)-d0*float64(w0))/float64(w1-w0)))
 		}
 		after, _ := fs.SumReadStats(fsyses)
 		reqStats, reqBatches = reqStats.Add(after.Sub(before)), reqBatches+issued.Load()

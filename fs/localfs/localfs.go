@@ -45,16 +45,9 @@ type FS struct {
 	// NoURing makes ReadBatch use parallel preads instead of io_uring
 	// (also set for every FS by FFKIT_NO_IOURING=1), for comparisons.
 	NoURing bool
-	// PerCallRing gives each ReadBatch call its own io_uring ring with up
-	// to its own parallelism in flight (the behaviour before the shared
-	// ring), for comparisons; also set by FFKIT_PER_CALL_RING=1.
-	PerCallRing bool
 }
 
-var (
-	noURingEnv     = os.Getenv("FFKIT_NO_IOURING") == "1"
-	perCallRingEnv = os.Getenv("FFKIT_PER_CALL_RING") == "1"
-)
+var noURingEnv = os.Getenv("FFKIT_NO_IOURING") == "1"
 
 // uringEligible returns the local files of reqs if io_uring can serve them
 // all: local files, and with O_DIRECT aligned offsets, lengths and buffers.
@@ -214,12 +207,6 @@ func (l *FS) ReadBatch(ctx context.Context, reqs []fs.ReadRequest) error {
 }
 
 // ReadBatchN is ReadBatch with at most par reads in flight (default 64).
-//
-// On io_uring, concurrent calls on FS values with the same Parallelism
-// share one ring and its budget of Parallelism reads in flight (see
-// shared.go): a call may then have more than par reads in flight, up to
-// that budget, while all calls together never exceed it. par bounds a call
-// that the shared ring cannot serve (PerCallRing, preads).
 func (l *FS) ReadBatchN(ctx context.Context, reqs []fs.ReadRequest, par int) error {
 	if len(reqs) == 0 {
 		return nil
@@ -229,21 +216,7 @@ func (l *FS) ReadBatchN(ctx context.Context, reqs []fs.ReadRequest, par int) err
 	}
 	if !l.NoURing && uringOK() && !noURingEnv {
 		if files, ok := uringEligible(reqs); ok {
-			var err error
-			if budget := l.Parallelism; !l.PerCallRing && !perCallRingEnv {
-				if budget <= 0 {
-					budget = 64
-				}
-				var s *sharedRing
-				if s, err = getShared(budget); err != nil {
-					uringOff.Store(true)
-					err = errUringUnavailable
-				} else {
-					err = s.read(ctx, files, reqs)
-				}
-			} else {
-				err = readURing(ctx, files, reqs, par)
-			}
+			err := readURing(ctx, files, reqs, par)
 			if !errors.Is(err, errUringUnavailable) {
 				return err
 			}
