@@ -20,9 +20,9 @@ import (
 const Env = "FFKIT_TEST_BINARY"
 
 var (
-	once  sync.Once
-	path  string
-	dir   string // temporary build directory, if we built it
+	once     sync.Once
+	path     string
+	dir      string // temporary build directory, if we built it
 	buildErr string
 )
 
