@@ -221,6 +221,25 @@ func walk(ctx context.Context, r reader, path string, comps []string) (uint64, *
 
 // parentDir resolves the directory holding the last component of path and
 // reads its inode with a conflict-checked Get (a concurrent rmdir conflicts).
+// lookupEntry finds the directory entry that path (split into comps) names:
+// its parent directory's inode, its name and the entry. A missing entry is
+// ErrNotExist naming op and path.
+func lookupEntry(ctx context.Context, tx kv.Txn, op, path string, comps []string) (pid uint64, name string, de Dentry, err error) {
+	pid, err = parentDir(ctx, tx, path, comps)
+	if err != nil {
+		return 0, "", de, err
+	}
+	name = comps[len(comps)-1]
+	ok, err := getDentry(ctx, tx, dentryKey(pid, name), &de)
+	if err != nil {
+		return 0, "", de, err
+	}
+	if !ok {
+		return 0, "", de, merr(iofs.ErrNotExist, "meta: %s %s", op, path)
+	}
+	return pid, name, de, nil
+}
+
 func parentDir(ctx context.Context, tx kv.Txn, path string, comps []string) (uint64, error) {
 	pid, _, err := walk(ctx, snap{tx}, path, comps[:len(comps)-1])
 	if err != nil {
@@ -489,18 +508,9 @@ func (s *Service) Remove(ctx context.Context, req, path string) error {
 		return merr(ErrInvalid, "meta: remove /")
 	}
 	return s.withIdem(ctx, req, func(tx kv.Txn) (any, error) {
-		pid, err := parentDir(ctx, tx, path, comps)
+		pid, name, de, err := lookupEntry(ctx, tx, "remove", path, comps)
 		if err != nil {
 			return nil, err
-		}
-		name := comps[len(comps)-1]
-		var de Dentry
-		ok, err := getDentry(ctx, tx, dentryKey(pid, name), &de)
-		if err != nil {
-			return nil, err
-		}
-		if !ok {
-			return nil, merr(iofs.ErrNotExist, "meta: remove %s", path)
 		}
 		n, err := getInode(ctx, tx, de.Inode)
 		if err != nil {
@@ -541,18 +551,9 @@ func (s *Service) Rename(ctx context.Context, req, src, dst string) error {
 		return merr(ErrInvalid, "meta: rename %s to %s: the root cannot move or be replaced", src, dst)
 	}
 	return s.withIdem(ctx, req, func(tx kv.Txn) (any, error) {
-		sp, err := parentDir(ctx, tx, src, sc)
+		sp, sname, sde, err := lookupEntry(ctx, tx, "rename", src, sc)
 		if err != nil {
 			return nil, err
-		}
-		sname := sc[len(sc)-1]
-		var sde Dentry
-		ok, err := getDentry(ctx, tx, dentryKey(sp, sname), &sde)
-		if err != nil {
-			return nil, err
-		}
-		if !ok {
-			return nil, merr(iofs.ErrNotExist, "meta: rename %s", src)
 		}
 		dp, err := parentDir(ctx, tx, dst, dc)
 		if err != nil {
@@ -584,7 +585,7 @@ func (s *Service) Rename(ctx context.Context, req, src, dst string) error {
 			}
 		}
 		var dde Dentry
-		ok, err = getDentry(ctx, tx, dentryKey(dp, dname), &dde)
+		ok, err := getDentry(ctx, tx, dentryKey(dp, dname), &dde)
 		if err != nil {
 			return nil, err
 		}
