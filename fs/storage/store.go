@@ -700,8 +700,11 @@ func (t *Target) readRefSrc(id proto.ChunkID, off, n int64, allowPending, client
 	corrupt := false
 	if c != nil {
 		if c.pending != nil && !allowPending {
+			// Read the version under the lock: a commit may clear c.pending
+			// the moment it is released.
+			pv := c.pending.ver
 			t.mu.Unlock()
-			return nil, nil, nil, src, nil, fmt.Errorf("%w: chunk %v v%d pending on target %d", proto.ErrNotCommitted, id, c.pending.ver, t.ID)
+			return nil, nil, nil, src, nil, fmt.Errorf("%w: chunk %v v%d pending on target %d", proto.ErrNotCommitted, id, pv, t.ID)
 		}
 		v, corrupt = c.committed, c.corrupt
 	}
