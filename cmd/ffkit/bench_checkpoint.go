@@ -83,16 +83,11 @@ func runCheckpoint(ctx context.Context, o *checkpointOpts, path string) error {
 	if err != nil || chunk <= 0 || chunk > 1<<30 {
 		return usagef("--chunk %q: want a size from 1 to 1G", o.chunk)
 	}
-	w, err := bench.OpenWorkdir(ctx, path, o.keep)
+	w, fw, fioNote, closeDirs, err := o.openWorkdirs(ctx, path)
 	if err != nil {
 		return err
 	}
-	defer w.Cleanup(context.WithoutCancel(ctx))
-	fw, fioNote, fioCleanup, err := o.fioSetup(ctx, w)
-	if err != nil {
-		return err
-	}
-	defer fioCleanup()
+	defer closeDirs()
 	useFio := fw != nil
 	doc := checkpointDoc{Benchmark: "checkpoint", Path: path, Size: size, Chunk: chunk, Runs: o.runs, Direct: o.direct, FioNote: fioNote}
 	nChunks := (size + chunk - 1) / chunk

@@ -128,16 +128,11 @@ func runModelLoad(ctx context.Context, o *modelLoadOpts, path string) error {
 			return usagef("--generate: %w", err)
 		}
 	}
-	w, err := bench.OpenWorkdir(ctx, path, o.keep)
+	w, fw, fioNote, closeDirs, err := o.openWorkdirs(ctx, path)
 	if err != nil {
 		return err
 	}
-	defer w.Cleanup(context.WithoutCancel(ctx))
-	fw, fioNote, fioCleanup, err := o.fioSetup(ctx, w)
-	if err != nil {
-		return err
-	}
-	defer fioCleanup()
+	defer closeDirs()
 	useFio := fw != nil
 
 	var names []string

@@ -118,16 +118,11 @@ func runParallelWrite(ctx context.Context, o *parallelWriteOpts, path string) er
 	if err != nil {
 		return fmt.Errorf("parallel-write: find the ffkit binary to start workers: %w", err)
 	}
-	w, err := bench.OpenWorkdir(ctx, path, o.keep)
+	w, fw, fioNote, closeDirs, err := o.openWorkdirs(ctx, path)
 	if err != nil {
 		return err
 	}
-	defer w.Cleanup(context.WithoutCancel(ctx))
-	fw, fioNote, fioCleanup, err := o.fioSetup(ctx, w)
-	if err != nil {
-		return err
-	}
-	defer fioCleanup()
+	defer closeDirs()
 	useFio := fw != nil
 	doc := parallelWriteDoc{Benchmark: "parallel-write", Path: path, Procs: o.procs, SizePerProc: size, Block: block,
 		Runs: o.runs, FioNote: fioNote,

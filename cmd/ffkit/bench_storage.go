@@ -61,6 +61,26 @@ func (f *storageFlags) validate() error {
 	return nil
 }
 
+// openWorkdirs opens the benchmark's directory at path (created if
+// missing) and, through fioSetup, the one fio runs in (fw nil: no fio;
+// fioNote says why). closeDirs removes the benchmark's files from both
+// (unless --keep), fio's first; on an error nothing is left open.
+func (f *storageFlags) openWorkdirs(ctx context.Context, path string) (w, fw *bench.Workdir, fioNote string, closeDirs func(), err error) {
+	w, err = bench.OpenWorkdir(ctx, path, f.keep)
+	if err != nil {
+		return nil, nil, "", nil, err
+	}
+	fw, fioNote, fioCleanup, err := f.fioSetup(ctx, w)
+	if err != nil {
+		w.Cleanup(context.WithoutCancel(ctx))
+		return nil, nil, "", nil, err
+	}
+	return w, fw, fioNote, func() {
+		fioCleanup()
+		w.Cleanup(context.WithoutCancel(ctx))
+	}, nil
+}
+
 // fioSetup decides where fio runs beside ours: in the benchmark's own
 // directory (the same files), in --fio-dir, or nowhere. It returns the
 // directory (nil: no fio) and a note saying which; a --fio-dir directory

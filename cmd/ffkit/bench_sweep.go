@@ -136,16 +136,11 @@ func runSweep(ctx context.Context, o *sweepOpts, path string) error {
 		return usagef("threads x queue depth x block size needs %s of buffers (max %s): use fewer threads, a lower depth or smaller blocks",
 			bench.FormatBytes(mem), bench.FormatBytes(maxBuffers))
 	}
-	w, err := bench.OpenWorkdir(ctx, path, o.keep)
+	w, fw, fioNote, closeDirs, err := o.openWorkdirs(ctx, path)
 	if err != nil {
 		return err
 	}
-	defer w.Cleanup(context.WithoutCancel(ctx))
-	fw, fioNote, fioCleanup, err := o.fioSetup(ctx, w)
-	if err != nil {
-		return err
-	}
-	defer fioCleanup()
+	defer closeDirs()
 	useFio := fw != nil
 
 	doc := sweepDoc{Benchmark: "sweep", Path: path, Mode: mode, Pattern: "random", Direct: o.direct,
