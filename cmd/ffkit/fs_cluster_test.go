@@ -10,7 +10,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -21,6 +20,7 @@ import (
 	"github.com/ffkit/ffkit/internal/testbin"
 
 	"github.com/ffkit/ffkit/fs/clusterfs"
+	"github.com/ffkit/ffkit/fs/fstest"
 )
 
 // clusterBinary builds ffkit once for the cluster tests.
@@ -329,76 +329,11 @@ func metaKillTest(t *testing.T, u *upCluster) {
 	if victim == 0 {
 		t.Fatal("fs up did not report the metadata servers' pids")
 	}
-	const workers = 3
-	stop := make(chan struct{})
-	done := make([]int, workers)
-	errs := make(chan error, workers)
-	var wg sync.WaitGroup
-	for w := 0; w < workers; w++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			dir := fmt.Sprintf("/mk%d", w)
-			if err := f.MkdirAll(ctx, dir); err != nil {
-				errs <- err
-				return
-			}
-			for i := 0; ; i++ {
-				select {
-				case <-stop:
-					done[w] = i
-					return
-				default:
-				}
-				a, b := fmt.Sprintf("%s/f%d", dir, i), fmt.Sprintf("%s/g%d", dir, i)
-				fw, err := f.Create(ctx, a)
-				if err == nil {
-					fw.Write([]byte(a))
-					err = fw.Commit()
-				}
-				if err == nil {
-					err = f.Rename(ctx, a, b)
-				}
-				if err == nil && i%2 == 0 {
-					err = f.Remove(ctx, b)
-				}
-				if err != nil {
-					errs <- fmt.Errorf("%s: %w", a, err)
-					return
-				}
-			}
-		}()
-	}
-	time.Sleep(time.Second)
-	if err := syscall.Kill(victim, syscall.SIGKILL); err != nil {
-		t.Fatal(err)
-	}
-	time.Sleep(2 * time.Second)
-	close(stop)
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		t.Fatal(err)
-	}
-	for w := 0; w < workers; w++ {
-		infos, err := f.List(ctx, fmt.Sprintf("/mk%d", w))
-		if err != nil {
+	fstest.Churn{Prefix: "/mk", Workers: 3}.Run(t, f, func() {
+		time.Sleep(time.Second)
+		if err := syscall.Kill(victim, syscall.SIGKILL); err != nil {
 			t.Fatal(err)
 		}
-		var got, want []string
-		for _, fi := range infos {
-			got = append(got, fi.Name)
-		}
-		for i := 0; i < done[w]; i++ {
-			if i%2 == 1 {
-				want = append(want, fmt.Sprintf("g%d", i))
-			}
-		}
-		sort.Strings(got)
-		sort.Strings(want)
-		if fmt.Sprint(got) != fmt.Sprint(want) {
-			t.Fatalf("/mk%d holds %v, want %v", w, got, want)
-		}
-	}
-	t.Logf("metadata server killed mid-operations; operations per worker: %v", done)
+		time.Sleep(2 * time.Second)
+	})
 }

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	iofs "io/fs"
 	"path/filepath"
-	"sync"
 	"testing"
 	"time"
 
@@ -257,94 +256,24 @@ func TestGCRemovesChunks(t *testing.T) {
 func TestKillMetaServerMidOperations(t *testing.T) {
 	c := startCluster(t, nil, 3)
 	f := c.open(t)
-	ctx := context.Background()
-	const workers = 4
-	var wg sync.WaitGroup
-	errs := make(chan error, workers)
-	stop := make(chan struct{})
-	done := make([]int, workers)
-	for w := 0; w < workers; w++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			dir := fmt.Sprintf("/w%d", w)
-			if err := f.MkdirAll(ctx, dir); err != nil {
-				errs <- err
-				return
-			}
-			for i := 0; ; i++ {
-				select {
-				case <-stop:
-					done[w] = i
-					return
-				default:
-				}
-				a, b := fmt.Sprintf("%s/f%d", dir, i), fmt.Sprintf("%s/g%d", dir, i)
-				if _, err := f.meta.Create(ctx, a, true); err != nil {
-					errs <- fmt.Errorf("create %s: %w", a, err)
-					return
-				}
-				if err := f.Rename(ctx, a, b); err != nil {
-					errs <- fmt.Errorf("rename %s: %w", a, err)
-					return
-				}
-				if i%2 == 0 {
-					if err := f.Remove(ctx, b); err != nil {
-						errs <- fmt.Errorf("remove %s: %w", b, err)
-						return
-					}
-				}
-			}
-		}()
-	}
-	// Kill two of the three servers while the operations run, one after
-	// the other, and start a new one in between.
-	time.Sleep(300 * time.Millisecond)
-	c.metas[0].Kill()
-	c.metas[0] = nil
-	time.Sleep(300 * time.Millisecond)
-	c.startMeta()
-	c.metas[1].Kill()
-	c.metas[1] = nil
-	time.Sleep(300 * time.Millisecond)
-	close(stop)
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		t.Fatal(err)
-	}
-	for w := 0; w < workers; w++ {
-		infos, err := f.List(ctx, fmt.Sprintf("/w%d", w))
-		if err != nil {
-			t.Fatal(err)
-		}
-		var got []string
-		for _, fi := range infos {
-			got = append(got, fi.Name)
-		}
-		var want []string
-		for i := 0; i < done[w]; i++ {
-			if i%2 == 1 {
-				want = append(want, fmt.Sprintf("g%d", i))
-			}
-		}
-		if fmt.Sprint(sortStrings(got)) != fmt.Sprint(sortStrings(want)) {
-			t.Fatalf("/w%d holds %v, want %v", w, got, want)
-		}
-	}
-	t.Logf("operations per worker: %v", done)
-}
-
-func sortStrings(s []string) []string {
-	out := append([]string(nil), s...)
-	for i := range out {
-		for j := i + 1; j < len(out); j++ {
-			if out[j] < out[i] {
-				out[i], out[j] = out[j], out[i]
-			}
-		}
-	}
-	return out
+	churn := fstest.Churn{Prefix: "/w", Workers: 4,
+		// Create through the metadata service's own create (no data).
+		Create: func(ctx context.Context, name string) error {
+			_, err := f.meta.Create(ctx, name, true)
+			return err
+		}}
+	churn.Run(t, f, func() {
+		// Kill two of the three servers while the operations run, one after
+		// the other, and start a new one in between.
+		time.Sleep(300 * time.Millisecond)
+		c.metas[0].Kill()
+		c.metas[0] = nil
+		time.Sleep(300 * time.Millisecond)
+		c.startMeta()
+		c.metas[1].Kill()
+		c.metas[1] = nil
+		time.Sleep(300 * time.Millisecond)
+	})
 }
 
 // The multi-server test on a real three-member etcd cluster: mgmtd and
@@ -367,93 +296,14 @@ func TestKillMetaServerOnEtcdCluster(t *testing.T) {
 	defer store.Close()
 	c := startCluster(t, store, 3)
 	f := c.open(t)
-	const workers = 3
-	var wg sync.WaitGroup
-	errs := make(chan error, workers)
-	stop := make(chan struct{})
-	done := make([]int, workers)
-	for w := 0; w < workers; w++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			dir := fmt.Sprintf("/e%d", w)
-			if err := f.MkdirAll(ctx, dir); err != nil {
-				errs <- err
-				return
-			}
-			for i := 0; ; i++ {
-				select {
-				case <-stop:
-					done[w] = i
-					return
-				default:
-				}
-				a, b := fmt.Sprintf("%s/f%d", dir, i), fmt.Sprintf("%s/g%d", dir, i)
-				w, err := f.Create(ctx, a)
-				if err != nil {
-					errs <- fmt.Errorf("create %s: %w", a, err)
-					return
-				}
-				w.Write([]byte(a))
-				if err := w.Commit(); err != nil {
-					errs <- fmt.Errorf("commit %s: %w", a, err)
-					return
-				}
-				if err := f.Rename(ctx, a, b); err != nil {
-					errs <- fmt.Errorf("rename %s: %w", a, err)
-					return
-				}
-				if i%2 == 0 {
-					if err := f.Remove(ctx, b); err != nil {
-						errs <- fmt.Errorf("remove %s: %w", b, err)
-						return
-					}
-				}
-			}
-		}()
-	}
-	time.Sleep(500 * time.Millisecond)
-	c.metas[0].Kill()
-	c.metas[0] = nil
-	time.Sleep(500 * time.Millisecond)
-	ecl.StopMember(2) // and an etcd member: the majority carries on
-	c.metas[1].Kill()
-	c.metas[1] = nil
-	time.Sleep(500 * time.Millisecond)
-	close(stop)
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		t.Fatal(err)
-	}
-	for w := 0; w < workers; w++ {
-		dir := fmt.Sprintf("/e%d", w)
-		infos, err := f.List(ctx, dir)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var got, want []string
-		for _, fi := range infos {
-			got = append(got, fi.Name)
-		}
-		for i := 0; i < done[w]; i++ {
-			if i%2 == 1 {
-				want = append(want, fmt.Sprintf("g%d", i))
-				// Each surviving file holds what was written under its first name.
-				r, err := f.Open(ctx, fmt.Sprintf("%s/g%d", dir, i), fs.OpenOptions{})
-				if err != nil {
-					t.Fatal(err)
-				}
-				buf := make([]byte, r.Size())
-				r.ReadAt(buf, 0)
-				if string(buf) != fmt.Sprintf("%s/f%d", dir, i) {
-					t.Fatalf("%s/g%d holds %q", dir, i, buf)
-				}
-			}
-		}
-		if fmt.Sprint(sortStrings(got)) != fmt.Sprint(sortStrings(want)) {
-			t.Fatalf("%s holds %v, want %v", dir, got, want)
-		}
-	}
-	t.Logf("operations per worker: %v", done)
+	fstest.Churn{Prefix: "/e", Workers: 3}.Run(t, f, func() {
+		time.Sleep(500 * time.Millisecond)
+		c.metas[0].Kill()
+		c.metas[0] = nil
+		time.Sleep(500 * time.Millisecond)
+		ecl.StopMember(2) // and an etcd member: the majority carries on
+		c.metas[1].Kill()
+		c.metas[1] = nil
+		time.Sleep(500 * time.Millisecond)
+	})
 }
