@@ -365,6 +365,25 @@ func TestAlignedWriter(t *testing.T) {
 			}
 		}
 		checkBatch(t, r, samples, []int64{36, 0, 5, 6, 7, 5}, "aligned")
+		// Into a caller's buffer: page-aligned (O_DIRECT reads land in it
+		// directly) and one byte off (they go through scratch); neighbours,
+		// duplicates and the last sample, both ways the same bytes.
+		idx := []int64{36, 0, 5, 6, 7, 5, 20, 19}
+		need, _ := r.BatchSize(idx)
+		slab := alignedBuffer(need + directAlign)
+		for _, off := range []int64{0, 1} {
+			buf := slab[off : off+need]
+			clear(buf)
+			got, err := r.ReadBatchInto(ctx, idx, buf)
+			if err != nil {
+				t.Fatalf("direct=%v: ReadBatchInto: %v", direct, err)
+			}
+			for k, i := range idx {
+				if !bytes.Equal(got[k], samples[i]) {
+					t.Fatalf("direct=%v, buffer offset %d: request %d (sample %d) differs", direct, off, k, i)
+				}
+			}
+		}
 		r.Close()
 	}
 	if _, err := CreateWith(ctx, p, 1, WriterOptions{Align: 3000}); !errors.Is(err, ErrIndex) {

@@ -120,7 +120,6 @@ func (p *plan) merge() {
 	r := p.r
 	gap := r.opts.MergeGap
 	direct := r.opts.Direct
-	var scratchLen int64
 	var cur *planRead
 	var curBufEnd int64 // buf position right after cur's last sample
 	for k, si := range p.order {
@@ -133,10 +132,14 @@ func (p *plan) merge() {
 			start = start &^ (directAlign - 1)
 			end = min((end+directAlign-1)&^(directAlign-1), r.files[s.file].h.size)
 		}
+		// With O_DIRECT a read can land straight in buf only when the
+		// sample's bytes are exactly the aligned range (and buf is aligned
+		// there, checked in run); otherwise it goes through scratch.
+		padded := direct && (start != s.off || end != s.off+s.len || (end-start)%directAlign != 0)
 		if cur != nil && cur.file == s.file && gap >= 0 &&
 			start-(cur.off+cur.len) <= gap && max(end, cur.off+cur.len)-cur.off <= maxMergeSpan {
 			contiguous := start == cur.off+cur.len && s.pos == curBufEnd
-			if !contiguous {
+			if !contiguous || padded {
 				cur.scratch = true
 			}
 			cur.len = max(end, cur.off+cur.len) - cur.off
@@ -145,12 +148,24 @@ func (p *plan) merge() {
 			continue
 		}
 		p.reads = append(p.reads, planRead{file: s.file, off: start, len: end - start,
-			first: int32(k), last: int32(k + 1), scratch: direct, pos: s.pos})
+			first: int32(k), last: int32(k + 1), scratch: padded, pos: s.pos})
 		cur = &p.reads[len(p.reads)-1]
 		curBufEnd = s.pos + s.len
 	}
+}
+
+// layoutScratch places the reads that cannot land in buf in a scratch
+// slab: those merge planned so, and with O_DIRECT those whose place in buf
+// is not aligned.
+func (p *plan) layoutScratch(buf []byte) {
+	var scratchLen int64
+	base := uintptr(unsafe.Pointer(unsafe.SliceData(buf)))
 	for i := range p.reads {
-		if rd := &p.reads[i]; rd.scratch {
+		rd := &p.reads[i]
+		if !rd.scratch && p.r.opts.Direct && (base+uintptr(rd.pos))%directAlign != 0 {
+			rd.scratch = true
+		}
+		if rd.scratch {
 			rd.pos = scratchLen
 			scratchLen += (rd.len + directAlign - 1) &^ (directAlign - 1) // keep every read aligned
 		}
@@ -169,6 +184,7 @@ func (p *plan) release() {
 
 func (p *plan) run(ctx context.Context, buf []byte) ([][]byte, error) {
 	r := p.r
+	p.layoutScratch(buf)
 	p.reqs = make([]fs.ReadRequest, len(p.reads))
 	for i, rd := range p.reads {
 		var dst []byte
