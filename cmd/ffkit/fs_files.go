@@ -53,6 +53,20 @@ func resolvePath(ctx context.Context, tokenFile, p string) (fs.FS, string, error
 	return fs.Resolve(ctx, p)
 }
 
+// statPath resolves the path argument arg (as resolvePath) and stats it,
+// for ls and stat; a missing path is a data error (exit 1) naming arg.
+func statPath(ctx context.Context, tokenFile, arg string) (fs.FS, string, fs.FileInfo, error) {
+	f, p, err := resolvePath(ctx, tokenFile, arg)
+	if err != nil {
+		return nil, "", fs.FileInfo{}, err
+	}
+	st, err := f.Stat(ctx, p)
+	if err != nil {
+		return nil, "", fs.FileInfo{}, notFound(arg, err)
+	}
+	return f, p, st, nil
+}
+
 // fileRow is one line of ls and stat.
 type fileRow struct {
 	Path string `json:"path"`
@@ -95,13 +109,9 @@ Exit 1 if PATH does not exist.`,
 	tf := tokenFlag(c)
 	c.RunE = func(cmd *cobra.Command, args []string) error {
 		ctx := cmd.Context()
-		f, p, err := resolvePath(ctx, *tf, args[0])
+		f, p, st, err := statPath(ctx, *tf, args[0])
 		if err != nil {
 			return err
-		}
-		st, err := f.Stat(ctx, p)
-		if err != nil {
-			return notFound(args[0], err)
 		}
 		if !st.IsDir {
 			return printRows([]fileRow{{Path: args[0], FileInfo: st}})
@@ -127,14 +137,9 @@ func newFSStatCmd() *cobra.Command {
 	}
 	tf := tokenFlag(c)
 	c.RunE = func(cmd *cobra.Command, args []string) error {
-		ctx := cmd.Context()
-		f, p, err := resolvePath(ctx, *tf, args[0])
+		_, _, st, err := statPath(cmd.Context(), *tf, args[0])
 		if err != nil {
 			return err
-		}
-		st, err := f.Stat(ctx, p)
-		if err != nil {
-			return notFound(args[0], err)
 		}
 		if jsonOut {
 			return printJSON(fileRow{Path: args[0], FileInfo: st})
