@@ -282,6 +282,9 @@ func (q *query) read(ctx context.Context, u unit) (arrow.RecordBatch, error) {
 			return concatBatches(recs)
 		}
 	}
+	if rec, ok, err := q.readFlat(u); ok {
+		return rec, err
+	}
 	return q.readRange(ctx, u)
 }
 
