@@ -46,26 +46,40 @@
 //
 // A loader's ring is one memfd mapped once by both sides, laid out as
 //
-//	+---------------------------+-----------+-----------+-----+
-//	| release board (4 KiB):    | slot 0    | slot 1    | ... |
-//	| u32 per slot, little-end. | slot size | slot size |     |
-//	+---------------------------+-----------+-----------+-----+
+//	+-------------------------------------------+-----------+-----------+-----+
+//	| release board (4 KiB): u32 per slot,      | slot 0    | slot 1    | ... |
+//	| ..., u32 waiting (word 1022), u32 wake    | slot size | slot size |     |
+//	| (word 1023); all little-endian            |           |           |     |
+//	+-------------------------------------------+-----------+-----------+-----+
 //
-// The Go loader reads each batch straight into a free slot (a loader.Arena
+// The Go loader reads each batch straight into a free slot (a ringArena
 // over the ring). "loader_stream" turns its connection into a one-way
 // stream: the engine writes one reply frame per batch as soon as it is
 // ready. A batch reply (of loader_stream and loader_next) has the constant
 // header {"batch":true,"ok":true} and a binary body of little-endian int64s:
 // slot, lend number, n, epoch, step, padded, the state after the batch
 // (epoch, cursor, step), the n sample indices, and each sample's [start,
-// end) in the slot; so no JSON is encoded or decoded per batch. The slot is lent to Python until
-// Python writes the lend number into the slot's board word (no request, no
-// system call); the engine reads the board before each batch and, when no
-// slot is free, every 100 µs. The ring's slot count (prefetch + hold +
-// ahead) bounds how far the stream runs ahead. Python stops a stream by
-// closing its connection, then sends "loader_reclaim" with the slots it
-// still holds: every other lent slot comes back (batches that were in the
-// socket), after the stream has stopped.
+// end) in the slot; so no JSON is encoded or decoded per batch. The slot is
+// lent to Python until Python writes the lend number into the slot's board
+// word (no request). The engine reads the board before each batch and
+// whenever the loader needs a slot and none is free. Finding none, it sets
+// the waiting word to 1, reads the board once more and sleeps on the wake
+// word (a futex, FUTEX_WAIT on shared memory); a release that sees waiting
+// set adds one to the wake word and wakes it (FUTEX_WAKE; Python calls the
+// system call through ctypes). The sleep is bounded (2 ms) so that a
+// wake-up lost to the unfenced store on the Python side costs at most
+// that; nothing depends on the other process staying alive. The open reply
+// names both words ("waiting_word", "wake_word": word indices on the
+// board).
+//
+// The ring has room for every batch the Go loader plans ahead (2*prefetch
+// + 2), those sent ahead into the socket ("ahead") and those Python holds
+// ("hold"), so the engine waits for Python only when Python holds more
+// than hold batches (a memory budget too small for that takes planned
+// slots off first). Python stops a stream by closing its connection, then
+// sends "loader_reclaim" with the slots it still holds: every other lent
+// slot comes back (batches that were in the socket), after the stream has
+// stopped.
 //
 // Concurrency: Server is safe for concurrent connections; each handle
 // serialises its own state with a mutex.

@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"bytes"
 	"context"
 	"encoding/binary"
 	"encoding/json"
@@ -8,7 +9,10 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
+	"time"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 
@@ -208,4 +212,139 @@ func FuzzReadFrame(f *testing.F) {
 			}
 		}
 	})
+}
+
+// connectStream adds a request connection to the server behind control (as
+// Python's Engine.connection does) and returns the client end.
+func connectStream(t *testing.T, control *net.UnixConn) *net.UnixConn {
+	t.Helper()
+	local, remote := socketPair(t)
+	f, err := remote.File()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	remote.Close()
+	h, _ := json.Marshal(map[string]any{"op": "connect"})
+	msg := make([]byte, 8, 8+len(h))
+	binary.LittleEndian.PutUint32(msg[0:], uint32(len(h)))
+	msg = append(msg, h...)
+	if _, _, err := control.WriteMsgUnix(msg, unix.UnixRights(int(f.Fd())), nil); err != nil {
+		t.Fatal(err)
+	}
+	fr, err := readFrame(control)
+	if err != nil || !strings.Contains(string(fr.header), `"ok":true`) {
+		t.Fatalf("connect: %s %v", fr.header, err)
+	}
+	return local
+}
+
+// openRing opens a loader over samples and maps its ring.
+func openRing(t *testing.T, c *net.UnixConn, path string, extra map[string]any) (handle any, ring []byte, board, slots, slotSize int) {
+	t.Helper()
+	req := map[string]any{"op": "loader_open", "paths": []string{path}, "batch_size": 4, "seed": 1, "world_size": 1, "check_data": true}
+	for k, v := range extra {
+		req[k] = v
+	}
+	h, _, fds := call(t, c, req, nil)
+	if len(fds) != 1 {
+		t.Fatalf("open: %v", h)
+	}
+	slots, slotSize, board = int(h["slots"].(float64)), int(h["slot_size"].(float64)), int(h["board"].(float64))
+	if h["waiting_word"] != float64(boardWaiting) || h["wake_word"] != float64(boardWake) {
+		t.Fatalf("open reply names the wait words %v and %v", h["waiting_word"], h["wake_word"])
+	}
+	ring, err := unix.Mmap(fds[0], 0, board+slots*slotSize, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+	unix.Close(fds[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { unix.Munmap(ring) })
+	return h["handle"], ring, board, slots, slotSize
+}
+
+// TestLoaderStreamSleepsUntilWoken: with every slot lent, the engine sleeps
+// on the board's wake word, and a release written to the board and woken
+// as Python does it (bump the word, FUTEX_WAKE) brings the next batch. The
+// sleep's safety timeout is made an hour long, so only the wake-up can.
+func TestLoaderStreamSleepsUntilWoken(t *testing.T) {
+	defer func(d time.Duration) { wakeTimeout = d }(wakeTimeout)
+	wakeTimeout = time.Hour
+	var samples [][]byte
+	for i := 0; i < 200; i++ {
+		samples = append(samples, []byte(strings.Repeat(string(rune('a'+i%26)), 1+i%50)))
+	}
+	path := writeDataset(t, samples)
+	server, control := socketPair(t)
+	defer control.Close()
+	done := make(chan error, 1)
+	go func() { done <- NewServer().Serve(context.Background(), server) }()
+	handle, ring, board, slots, slotSize := openRing(t, control, path, map[string]any{"prefetch": 1, "hold": 1, "ahead": 0})
+	if want := 2*1 + 2 + 1; slots != want {
+		t.Fatalf("%d slots, want 2*prefetch+2+hold+ahead = %d", slots, want)
+	}
+	stream := connectStream(t, control)
+	defer stream.Close()
+	h, _ := json.Marshal(map[string]any{"op": "loader_stream", "handle": handle})
+	msg := binary.LittleEndian.AppendUint32(binary.LittleEndian.AppendUint32(nil, uint32(len(h))), 0)
+	if _, err := stream.Write(append(msg, h...)); err != nil {
+		t.Fatal(err)
+	}
+	word := func(i int) *uint32 { return (*uint32)(unsafe.Pointer(&ring[4*i])) }
+	next := func() (slot int, seq uint32) {
+		t.Helper()
+		stream.SetReadDeadline(time.Now().Add(30 * time.Second))
+		f, err := readFrame(stream)
+		if err != nil {
+			t.Fatalf("no batch: %v", err)
+		}
+		meta, _ := int64s(f.body)
+		if len(meta) < batchMeta {
+			t.Fatalf("reply %s", f.header)
+		}
+		slot, seq, n := int(meta[0]), uint32(meta[1]), int(meta[2])
+		base := board + slot*slotSize
+		for k := 0; k < n; k++ {
+			i := meta[batchMeta+k]
+			s, e := meta[batchMeta+n+2*k], meta[batchMeta+n+2*k+1]
+			if !bytes.Equal(ring[base+int(s):base+int(e)], samples[i]) {
+				t.Fatalf("sample %d differs", i)
+			}
+		}
+		return slot, seq
+	}
+	// Take every slot without releasing: the engine must end up asleep.
+	var held [][2]uint32
+	for range slots {
+		s, q := next()
+		held = append(held, [2]uint32{uint32(s), q})
+	}
+	for deadline := time.Now().Add(30 * time.Second); atomic.LoadUint32(word(boardWaiting)) != 1; {
+		if time.Now().After(deadline) {
+			t.Fatal("the engine never waited for a slot")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	for round := 0; round < 20; round++ {
+		// Release the oldest batch as Python does, then expect one more.
+		rel := held[0]
+		held = held[1:]
+		atomic.StoreUint32(word(int(rel[0])), rel[1])
+		if atomic.LoadUint32(word(boardWaiting)) != 0 {
+			atomic.AddUint32(word(boardWake), 1)
+			futexWake(word(boardWake))
+		}
+		s, q := next()
+		held = append(held, [2]uint32{uint32(s), q})
+	}
+	// Closing the loader while the producer sleeps ends it (no hang, no
+	// touching the unmapped ring afterwards).
+	if h, _, _ := call(t, control, map[string]any{"op": "close", "handle": handle}, nil); h["ok"] != true {
+		t.Fatalf("close: %v", h)
+	}
+	stream.Close()
+	control.Close()
+	if err := <-done; err != nil {
+		t.Fatalf("Serve: %v", err)
+	}
 }

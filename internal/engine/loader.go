@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"os"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -41,9 +42,22 @@ type lentBatch struct {
 	seq uint32
 }
 
-// The ring's first page is the release board: one little-endian uint32 per
-// slot. Slots follow it.
-const ringBoard = 4096
+// The ring's first page is the release board: one little-endian uint32
+// per slot, then (in the page's last two words) the words a producer
+// waiting for a slot sleeps on. Slots follow the page.
+const (
+	ringBoard = 4096
+	// boardWaiting is the index of the word the producer sets to 1 while
+	// it waits for a slot (and back to 0 when it stops waiting).
+	boardWaiting = ringBoard/4 - 2
+	// boardWake is the index of the futex word the waiting producer sleeps
+	// on: whoever releases a slot while boardWaiting is 1 adds one to it
+	// and wakes it (Python with the futex system call, the engine with
+	// ringArena.notify).
+	boardWake = ringBoard/4 - 1
+	// maxSlots is how many slots the board has words for.
+	maxSlots = boardWaiting
+)
 
 // releaseWord is slot i's release word on the board.
 func (h *loaderHandle) releaseWord(i int) *uint32 {
@@ -75,51 +89,103 @@ func (h *loaderHandle) poll() {
 }
 
 // ringArena hands out the ring's slots. Python gives slots back by writing
-// release words in shared memory, without a system call, so a producer that
-// finds no free slot polls the board until one is released.
+// release words in shared memory, without a request; a producer that finds
+// no free slot reads the board, and if nothing was released it sleeps on
+// the board's wake word (a futex) until a release wakes it.
 type ringArena struct {
 	mem      []byte
 	slotSize int64
 	free     chan int
 	h        *loaderHandle
+	waiting  *uint32 // board word boardWaiting
+	wake     *uint32 // board word boardWake
+
+	// unmapped guards the board words against a Free that comes after
+	// Close unmapped the ring (a batch the loader frees on its way out).
+	mu       sync.RWMutex
+	unmapped bool // guarded by mu
 }
 
-// pollEvery is how often a producer waiting for a slot reads the board.
-const pollEvery = 100 * time.Microsecond
+// wakeTimeout bounds one sleep of a waiting producer. Wake-ups are not
+// lost in practice (see Alloc), so this only bounds the cost of one that
+// is: Python's release is a plain store, with no fence between writing
+// the release word and reading boardWaiting.
+//
+// FFKIT_ENGINE_WAKE_TIMEOUT (a Go duration) overrides it: tests make it
+// long to show that wake-ups, not the timeout, bring released slots back.
+var wakeTimeout = 2 * time.Millisecond
+
+func init() {
+	if v := os.Getenv("FFKIT_ENGINE_WAKE_TIMEOUT"); v != "" {
+		if d, err := time.ParseDuration(v); err == nil && d > 0 {
+			wakeTimeout = d
+		}
+	}
+}
+
+func (a *ringArena) slot(i int, size int64) []byte {
+	off := ringBoard + int64(i)*a.slotSize
+	return a.mem[off : off+size : off+a.slotSize]
+}
 
 func (a *ringArena) Alloc(ctx context.Context, size int64) ([]byte, int, error) {
 	if size > a.slotSize {
 		return nil, -1, fmt.Errorf("%w: a batch of %d bytes does not fit a ring slot of %d bytes", loader.ErrBudget, size, a.slotSize)
 	}
-	var tick *time.Ticker
 	for {
 		select {
 		case i := <-a.free:
-			if tick != nil {
-				tick.Stop()
-			}
-			off := ringBoard + int64(i)*a.slotSize
-			return a.mem[off : off+size : off+a.slotSize], i, nil
+			return a.slot(i, size), i, nil
 		default:
 		}
 		a.h.poll()
-		if tick == nil {
-			tick = time.NewTicker(pollEvery)
-		}
 		select {
 		case i := <-a.free:
-			tick.Stop()
-			off := ringBoard + int64(i)*a.slotSize
-			return a.mem[off : off+size : off+a.slotSize], i, nil
-		case <-tick.C:
-		case <-ctx.Done():
-			tick.Stop()
-			return nil, -1, ctx.Err()
+			return a.slot(i, size), i, nil
+		default:
 		}
+		// Announce the wait, then look once more: a release from now on
+		// either shows in this poll or changes the wake word before the
+		// futex compares it with v (and wakes the sleeper).
+		atomic.StoreUint32(a.waiting, 1)
+		v := atomic.LoadUint32(a.wake)
+		a.h.poll()
+		select {
+		case i := <-a.free:
+			atomic.StoreUint32(a.waiting, 0)
+			return a.slot(i, size), i, nil
+		default:
+		}
+		if err := ctx.Err(); err != nil {
+			atomic.StoreUint32(a.waiting, 0)
+			return nil, -1, err
+		}
+		stop := context.AfterFunc(ctx, a.notify)
+		futexWait(a.wake, v, wakeTimeout)
+		stop()
+		atomic.StoreUint32(a.waiting, 0)
 	}
 }
 
-func (a *ringArena) Free(i int) { a.free <- i }
+// notify wakes a producer sleeping in Alloc, if there is one.
+func (a *ringArena) notify() {
+	a.mu.RLock()
+	defer a.mu.RUnlock()
+	if a.unmapped {
+		return
+	}
+	atomic.AddUint32(a.wake, 1)
+	if atomic.LoadUint32(a.waiting) != 0 {
+		futexWake(a.wake)
+	}
+}
+
+// Free takes a slot back (a batch released by a request, by a reclaim or
+// on Close; board releases come back through poll).
+func (a *ringArena) Free(i int) {
+	a.free <- i
+	a.notify()
+}
 
 func (h *loaderHandle) Close() error {
 	err := h.l.Close()
@@ -132,7 +198,10 @@ func (h *loaderHandle) Close() error {
 	for _, r := range h.readers {
 		r.Close()
 	}
+	h.arena.mu.Lock()
+	h.arena.unmapped = true
 	h.ring.close()
+	h.arena.mu.Unlock()
 	return err
 }
 
@@ -171,7 +240,7 @@ type loaderOpenReq struct {
 const pageSize = 4096
 
 // loaderOpen opens the dataset and a loader whose batches go to a ring of
-// prefetch+hold slots, each big enough for the largest possible batch
+// 2*prefetch+2+hold+ahead slots (see doc.go), each big enough for the largest possible batch
 // (batch size times the largest sample, capped by the memory budget). The
 // memfd is sparse: only pages a batch touches take memory.
 func loaderOpen(ctx context.Context, s *Server, hdr, body []byte, fds []int) (reply, error) {
@@ -208,28 +277,37 @@ func loaderOpen(ctx context.Context, s *Server, hdr, body []byte, fds []int) (re
 	if q.Ahead < 0 {
 		q.Ahead = 0
 	}
-	// Slots: batches being prefetched, batches sent ahead to Python but not
-	// yet taken, and batches Python holds.
-	slots := q.Prefetch + q.Hold + q.Ahead
+	// Slots: the batches the Go loader plans ahead (up to 2*prefetch
+	// queued, the one Next waits for and the one being planned), batches
+	// sent ahead to Python but not yet taken, and batches Python holds; so
+	// the producer waits for a slot only when Python holds more than hold
+	// batches. A memory budget too small for that takes slots off the
+	// planned ones first (down to prefetch), then shrinks the slots.
+	fewest := q.Prefetch + q.Hold + q.Ahead
+	slots := 2*q.Prefetch + 2 + q.Hold + q.Ahead
 	if q.MemoryBudget > 0 && slotSize*int64(slots) > q.MemoryBudget {
-		slotSize = q.MemoryBudget / int64(slots)
+		slots = int(max(int64(fewest), q.MemoryBudget/slotSize))
+		if slotSize*int64(slots) > q.MemoryBudget {
+			slotSize = q.MemoryBudget / int64(slots)
+		}
 		if slotSize < maxLen {
 			r.Close()
-			return reply{}, fmt.Errorf("%w: a memory budget of %d bytes over %d slots (prefetch %d + hold %d) cannot hold the largest sample (%d bytes)",
-				loader.ErrBudget, q.MemoryBudget, slots, q.Prefetch, q.Hold, maxLen)
+			return reply{}, fmt.Errorf("%w: a memory budget of %d bytes over %d slots (prefetch %d + hold %d + ahead %d) cannot hold the largest sample (%d bytes)",
+				loader.ErrBudget, q.MemoryBudget, slots, q.Prefetch, q.Hold, q.Ahead, maxLen)
 		}
 	}
 	slotSize = (slotSize + pageSize - 1) / pageSize * pageSize
-	if slots > ringBoard/4 {
+	if slots > maxSlots {
 		r.Close()
-		return reply{}, fmt.Errorf("%w: %d ring slots, at most %d", loader.ErrOptions, slots, ringBoard/4)
+		return reply{}, fmt.Errorf("%w: %d ring slots (prefetch %d, hold %d, ahead %d), at most %d", loader.ErrOptions, slots, q.Prefetch, q.Hold, q.Ahead, maxSlots)
 	}
 	ring, err := newRing(ringBoard + slotSize*int64(slots))
 	if err != nil {
 		r.Close()
 		return reply{}, err
 	}
-	arena := &ringArena{mem: ring.mem, slotSize: slotSize, free: make(chan int, slots)}
+	arena := &ringArena{mem: ring.mem, slotSize: slotSize, free: make(chan int, slots),
+		waiting: (*uint32)(unsafe.Pointer(&ring.mem[4*boardWaiting])), wake: (*uint32)(unsafe.Pointer(&ring.mem[4*boardWake]))}
 	for i := 0; i < slots; i++ {
 		arena.free <- i
 	}
@@ -263,6 +341,7 @@ func loaderOpen(ctx context.Context, s *Server, hdr, body []byte, fds []int) (re
 	ring.fd = -1
 	return reply{
 		header: map[string]any{"ok": true, "handle": id, "n": r.N(), "slots": slots, "slot_size": slotSize, "board": ringBoard,
+			"waiting_word": boardWaiting, "wake_word": boardWake,
 			"batches_per_epoch": l.BatchesPerEpoch(), "items": l.Len(), "state": l.State()},
 		fds: []int{fd},
 	}, nil

@@ -21,7 +21,7 @@ import (
 const MaxConns = 256
 
 // Version is the protocol version; Python checks it in "hello".
-const Version = 2
+const Version = 3
 
 // ErrBadRequest: a request names an unknown operation or handle, or has bad
 // arguments.

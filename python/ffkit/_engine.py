@@ -16,9 +16,12 @@ Ctrl-C: a KeyboardInterrupt raised while a request waits closes that
 request's connection; the engine sees the close and cancels the request.
 """
 import atexit
+import ctypes
+import functools
 import json
 import mmap
 import os
+import platform
 import socket
 import struct
 import subprocess
@@ -28,7 +31,7 @@ import numpy as np
 
 from . import errors
 
-PROTOCOL_VERSION = 2
+PROTOCOL_VERSION = 3
 _BIN = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_bin", "ffkit")
 _PRE = struct.Struct("<II")
 _MAX_FDS = 4
@@ -459,6 +462,35 @@ class Handle:
                 e.call({"op": "close", "handle": hid})
             except Exception:
                 pass
+
+
+# futex(2)'s system call number, by machine (the helper is Linux only).
+_SYS_FUTEX = {"x86_64": 202, "amd64": 202, "aarch64": 98, "arm64": 98, "riscv64": 98, "ppc64le": 221,
+              "ppc64": 221, "s390x": 238, "i386": 240, "i686": 240, "armv7l": 240}
+_FUTEX_WAKE = 1  # on a shared mapping: no FUTEX_PRIVATE_FLAG
+
+
+def futex_waker(word):
+    """A function that wakes every thread sleeping on `word` (a ctypes
+    c_uint32 in shared memory) with FUTEX_WAKE, or None where the system
+    call is not available (the engine's sleep is bounded, so releases still
+    get through, only later)."""
+    nr = _SYS_FUTEX.get(platform.machine())
+    if nr is None:
+        return None
+    try:
+        fn = ctypes.CDLL(None, use_errno=True).syscall
+    except (OSError, AttributeError):
+        return None
+    fn.restype = ctypes.c_long
+    fn.argtypes = [ctypes.c_long, ctypes.c_void_p, ctypes.c_int, ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p,
+                   ctypes.c_int]
+    # The partial keeps `word` (and so the mapping) alive with the address.
+    return functools.partial(_wake, fn, nr, ctypes.addressof(word), word)
+
+
+def _wake(fn, nr, addr, word):
+    fn(nr, addr, _FUTEX_WAKE, 0x7FFFFFFF, None, None, 0)
 
 
 def map_ring(fd, size):

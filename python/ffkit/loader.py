@@ -15,9 +15,11 @@ A batch's slot goes back to the engine when the batch is *released*:
 
 So views stay valid as long as you hold them, and ``release()`` is the
 promise that you hold none any more (use ``batch.copy()`` for data you want to
-keep past it). The ring has ``prefetch + hold`` slots: holding more than
-``hold`` batches at once stalls the loader, so ``next()`` raises instead of
-hanging.
+keep past it). The ring has ``2*prefetch + 2 + hold + ahead`` slots: room
+for every batch the engine plans ahead, those in flight to Python and
+``hold`` batches you keep. Holding more than ``hold`` batches at once takes
+slots from the read-ahead; holding every slot makes ``next()`` raise instead
+of hanging.
 
 Order and resume
 ----------------
@@ -255,8 +257,14 @@ class Loader:
         self._ring = ring
         self._slots, self._slot_size, self._board_bytes = h["slots"], h["slot_size"], h["board"]
         # The release board: Python writes a batch's lend number into its
-        # slot's word when it is done; the engine reads it (no system call).
-        self._board = np.frombuffer(ring, dtype="<u4", count=self._slots)
+        # slot's word when it is done; the engine reads it (no system call),
+        # unless it sleeps waiting for a slot: then the release also bumps
+        # the wake word and wakes it (futex).
+        self._board = np.frombuffer(ring, dtype="<u4", count=self._board_bytes // 4)
+        ww = h["wake_word"]
+        self._waiting = h["waiting_word"]
+        self._wake_word = self._board[ww : ww + 1]
+        self._waker = _engine.futex_waker(ctypes.c_uint32.from_buffer(ring, 4 * ww))
         self._slot_type = ctypes.c_uint8 * self._slot_size
         self.n = h["n"]
         self._batches = h["batches_per_epoch"]
@@ -294,11 +302,12 @@ class Loader:
             self._live.discard(slot)
 
     @staticmethod
-    def _releaser(board, released, refs, slot, seq, pid):
+    def _releaser(board, released, refs, slot, seq, pid, waiting, wake_word, waker):
         """The function that gives slot back (lend seq) exactly once: called
         by Batch.release(), or as the weakref callback when the slot's memory
-        is garbage. No locks, no I/O. In a forked child the board belongs to
-        the parent's engine: a copy of a batch dying there must not free the
+        is garbage. No locks; a system call only when the engine sleeps
+        waiting for a slot. In a forked child the board belongs to the
+        parent's engine: a copy of a batch dying there must not free the
         parent's slot."""
 
         def fin(ref=None):
@@ -306,6 +315,10 @@ class Loader:
                 return
             board[slot] = seq
             released.append(slot)
+            if board[waiting]:
+                np.add(wake_word, 1, out=wake_word)  # wraps around silently
+                if waker is not None:
+                    waker()
 
         return fin
 
@@ -401,7 +414,8 @@ class Loader:
         state = dict(self._state, epoch=s_epoch, cursor=s_cursor, step=s_step)
         # A weakref (cheaper than weakref.finalize) kept in _refs until the
         # slot is released, by release() or by the memory dying.
-        fin = Loader._releaser(self._board, self._released, self._refs, slot, seq, self._pid)
+        fin = Loader._releaser(self._board, self._released, self._refs, slot, seq, self._pid, self._waiting,
+                               self._wake_word, self._waker)
         self._refs[slot] = weakref.ref(mem, fin)
         self._handed += 1
         self._live.add(slot)

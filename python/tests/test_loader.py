@@ -245,11 +245,44 @@ def test_batches_dying_in_a_forked_child_do_not_free_the_parents_slots(gen):
         finally:
             os._exit(0)
     os.waitpid(pid, 0)
-    # The parent keeps reading; its batch must not have been overwritten.
-    for _ in range(5):
+    # The parent keeps reading (past every slot of the ring); its batch must
+    # not have been overwritten.
+    for _ in range(4 * L._slots):
         x = next(it)
         x.release()
     assert [s.tobytes() for s in b.samples] == want
+
+
+_WAKE_SCRIPT = r"""
+import sys, time
+import ffkit
+L = ffkit.Loader(sys.argv[1], batch_size=16, seed=3, prefetch=1, hold=1, ahead=0)
+it = iter(L)
+held = [next(it) for _ in range(L._slots)]  # every slot handed out
+deadline = time.monotonic() + 30
+while not L._board[L._waiting]:  # the engine now sleeps, waiting for a slot
+    assert time.monotonic() < deadline, "the engine never waited for a slot"
+    time.sleep(0.001)
+for _ in range(3 * L._slots):
+    held.pop(0).release()
+    held.append(next(it))
+print("ok")
+"""
+
+
+def test_a_release_wakes_the_sleeping_engine(gen):
+    # The helper's sleep for a slot is made an hour long, so only the
+    # release's futex wake-up (not the sleep's safety timeout) can bring the
+    # next batch: this fails by timing out if Python's wake-up is broken.
+    import subprocess
+    import sys
+
+    path, n = gen
+    env = dict(os.environ, FFKIT_ENGINE_WAKE_TIMEOUT="1h")
+    out = subprocess.run([sys.executable, "-c", _WAKE_SCRIPT, str(path)], env=env, capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.startswith("ok")
 
 
 def test_equal_length_samples_are_rows_of_one_view(tmp_path):
