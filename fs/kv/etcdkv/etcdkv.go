@@ -27,11 +27,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"strings"
 	"time"
 
 	"github.com/ffkit/ffkit/fs/kv"
+	"github.com/ffkit/ffkit/fs/kv/internal/backoff"
 	"github.com/ffkit/ffkit/fs/kv/internal/wbuf"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -142,32 +142,13 @@ func (s *Store) View(ctx context.Context, fn func(tx kv.ReadTxn) error) error {
 
 // Update runs fn in a transaction and commits it, retrying on conflict.
 func (s *Store) Update(ctx context.Context, fn func(tx kv.Txn) error) error {
-	backoff := time.Millisecond
-	for attempt := 0; ; attempt++ {
-		if err := ctx.Err(); err != nil {
-			return err
-		}
+	return backoff.New(time.Millisecond, 50*time.Millisecond).Retry(ctx, s.opts.MaxRetries, "etcdkv", errRetry, func() error {
 		t := &txn{s: s}
-		err := fn(t)
-		if err == nil {
-			err = t.commit(ctx)
-		}
-		if !errors.Is(err, errRetry) {
+		if err := fn(t); err != nil {
 			return err
 		}
-		if attempt+1 >= s.opts.MaxRetries {
-			return fmt.Errorf("%w: etcdkv: gave up after %d attempts", kv.ErrConflict, attempt+1)
-		}
-		d := backoff/2 + rand.N(backoff)
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(d):
-		}
-		if backoff < 50*time.Millisecond {
-			backoff *= 2
-		}
-	}
+		return t.commit(ctx)
+	})
 }
 
 // errRetry marks a transaction to run again (conflict, compacted revision).
@@ -266,10 +247,7 @@ func (t *txn) rangeRead(ctx context.Context, begin, end []byte, limit int, confl
 	if end != nil && string(end) <= string(begin) {
 		return nil, nil
 	}
-	storeLimit := limit
-	if t.buf.Touches(begin, end) {
-		storeLimit = 0
-	}
+	storeLimit := t.buf.StoreLimit(begin, end, limit)
 	opts := []clientv3.OpOption{clientv3.WithRange(endKey(end))}
 	if storeLimit > 0 {
 		opts = append(opts, clientv3.WithLimit(int64(storeLimit)))
@@ -291,10 +269,7 @@ func (t *txn) rangeRead(ctx context.Context, begin, end []byte, limit int, confl
 	}
 	out := t.buf.Overlay(store, begin, end, limit)
 	if conflict && !t.readOnly {
-		r := wbuf.Range{Begin: append([]byte(nil), begin...), End: end}
-		if limit > 0 && len(out) == limit {
-			r.End = append(append([]byte(nil), out[len(out)-1].Key...), 0)
-		}
+		r := wbuf.Observed(begin, end, limit, out)
 		t.cmpRanges = append(t.cmpRanges, r)
 		for _, p := range resp.Kvs {
 			if r.Contains(p.Key) {

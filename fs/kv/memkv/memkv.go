@@ -12,12 +12,12 @@ package memkv
 import (
 	"context"
 	"fmt"
-	"math/rand/v2"
 	"sort"
 	"sync"
 	"time"
 
 	"github.com/ffkit/ffkit/fs/kv"
+	"github.com/ffkit/ffkit/fs/kv/internal/backoff"
 	"github.com/ffkit/ffkit/fs/kv/internal/wbuf"
 )
 
@@ -105,38 +105,18 @@ func (s *Store) View(ctx context.Context, fn func(tx kv.ReadTxn) error) error {
 
 // Update runs fn in a transaction and commits it, retrying on conflict.
 func (s *Store) Update(ctx context.Context, fn func(tx kv.Txn) error) error {
-	backoff := 100 * time.Microsecond
-	for attempt := 0; ; attempt++ {
-		if err := ctx.Err(); err != nil {
-			return err
-		}
+	return backoff.New(100*time.Microsecond, 10*time.Millisecond).Retry(ctx, s.opts.MaxRetries, "memkv", errRetry, func() error {
 		rv, err := s.begin()
 		if err != nil {
 			return err
 		}
+		defer s.end(rv)
 		t := &txn{s: s, rv: rv}
-		err = fn(t)
-		if err == nil {
-			err = s.commit(t)
-		}
-		s.end(rv)
-		if err != errRetry {
+		if err := fn(t); err != nil {
 			return err
 		}
-		if attempt+1 >= s.opts.MaxRetries {
-			return fmt.Errorf("%w: memkv: gave up after %d attempts", kv.ErrConflict, attempt+1)
-		}
-		// Jittered backoff so that contending transactions spread out.
-		d := backoff/2 + rand.N(backoff)
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(d):
-		}
-		if backoff < 10*time.Millisecond {
-			backoff *= 2
-		}
-	}
+		return s.commit(t)
+	})
 }
 
 var errRetry = fmt.Errorf("memkv: conflict (internal, retried)")
@@ -304,10 +284,7 @@ func (t *txn) rangeRead(ctx context.Context, begin, end []byte, limit int, confl
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	storeLimit := limit
-	if t.buf.Touches(begin, end) {
-		storeLimit = 0
-	}
+	storeLimit := t.buf.StoreLimit(begin, end, limit)
 	var store []kv.KeyValue
 	t.s.mu.RLock()
 	for i := t.s.searchLocked(begin); i < len(t.s.keys) && inEnd(t.s.keys[i], end); i++ {
@@ -321,12 +298,7 @@ func (t *txn) rangeRead(ctx context.Context, begin, end []byte, limit int, confl
 	t.s.mu.RUnlock()
 	out := t.buf.Overlay(store, begin, end, limit)
 	if conflict && !t.readOnly {
-		r := wbuf.Range{Begin: append([]byte(nil), begin...), End: end}
-		if limit > 0 && len(out) == limit {
-			// Only the part up to the last key returned was observed.
-			r.End = append(append([]byte(nil), out[len(out)-1].Key...), 0)
-		}
-		t.readRanges = append(t.readRanges, r)
+		t.readRanges = append(t.readRanges, wbuf.Observed(begin, end, limit, out))
 	}
 	return out, nil
 }

@@ -1,6 +1,7 @@
 // Package wbuf is the write buffer that the memkv and etcdkv backends share:
 // a transaction's Sets, Deletes and DeleteRanges, kept until commit, with
-// the read-your-writes overlay for Get and Range.
+// the read-your-writes overlay for Get and Range, and the shape of a range
+// read over it (how much to ask the store for, what range was observed).
 //
 // Ordering: a DeleteRange drops earlier point writes inside it; a later
 // point write overrides the range. So at commit the ranges are applied
@@ -113,6 +114,28 @@ func (b *Buffer) Touches(begin, end []byte) bool {
 		}
 	}
 	return false
+}
+
+// StoreLimit is how many pairs a range read over [begin, end) with limit
+// asks the store for: limit, or all of them (0) when the buffer holds a
+// write in the range, as the overlay may then drop pairs the limit kept.
+func (b *Buffer) StoreLimit(begin, end []byte, limit int) int {
+	if b.Touches(begin, end) {
+		return 0
+	}
+	return limit
+}
+
+// Observed is the part of [begin, end) that a range read with limit
+// returning out has seen, the range its conflict check must watch: all of
+// it, or, when the read stopped at the limit, only up to and including the
+// last key returned.
+func Observed(begin, end []byte, limit int, out []kv.KeyValue) Range {
+	r := Range{Begin: append([]byte(nil), begin...), End: end}
+	if limit > 0 && len(out) == limit {
+		r.End = append(append([]byte(nil), out[len(out)-1].Key...), 0)
+	}
+	return r
 }
 
 func overlaps(a, b Range) bool {
