@@ -148,12 +148,14 @@ func (n *node) releaseWrite() syscall.Errno {
 	var wf fs.WriteFile
 	var closed chan struct{}
 	var wb *writeBuffer
+	var wrote time.Time
 	if n.wfRefs == 0 {
 		wf, n.wf = n.wf, nil
 		wb, n.wb = n.wb, nil
-		n.mtime = time.Time{}
+		wrote, n.mtime = n.mtime, time.Time{}
 		closed = make(chan struct{})
 		n.closing = closed
+		n.epoch++
 	}
 	n.mu.Unlock()
 	if wf == nil {
@@ -169,6 +171,10 @@ func (n *node) releaseWrite() syscall.Errno {
 		}
 		return werr
 	})
+	if err == nil {
+		n.keepTimes(wrote) // before anyone waiting for the close looks
+	}
+	n.closed()
 	n.mu.Lock()
 	if n.closing == closed {
 		n.closing = nil
@@ -201,7 +207,7 @@ func (n *node) Create(_ context.Context, name string, flags uint32, mode uint32,
 		if errno != 0 {
 			return nil, nil, 0, errno
 		}
-		s.fillAttr(fs.FileInfo{ModTime: time.Now()}, &out.Attr)
+		s.fillAttr(cn.report(fs.FileInfo{Name: name}), &out.Attr)
 		return child, fh, fl, 0
 	}
 	oflag := fs.OCreate
@@ -216,7 +222,7 @@ func (n *node) Create(_ context.Context, name string, flags uint32, mode uint32,
 	if errno != 0 {
 		return nil, nil, 0, errno
 	}
-	s.fillAttr(fs.FileInfo{Size: wf.Size(), ModTime: time.Now()}, &out.Attr)
+	s.fillAttr(cn.report(fs.FileInfo{Name: name}), &out.Attr)
 	h := &writeHandle{n: cn, wf: wf, writable: flags&syscall.O_ACCMODE != syscall.O_RDONLY}
 	return child, h, gofuse.FOPEN_PARALLEL_DIRECT_WRITES, 0
 }
@@ -445,8 +451,14 @@ func (h *seqHandle) publish() syscall.Errno {
 	if h.n.seq == h {
 		h.n.seq = nil
 	}
+	wrote := h.n.mtime
 	h.n.mtime = time.Time{}
+	h.n.epoch++
 	h.n.mu.Unlock()
+	if err == nil {
+		h.n.keepTimes(wrote)
+	}
+	h.n.closed()
 	return s.errno(err)
 }
 

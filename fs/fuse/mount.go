@@ -131,7 +131,12 @@ type Stats struct {
 	BatchedReads   int64 `json:"batched_reads"`    // reads in those calls
 	ReadAheadHits  int64 `json:"read_ahead_hits"`  // reads served from read-ahead
 	ReadAheadBytes int64 `json:"read_ahead_bytes"` // bytes fetched by read-ahead
-	Errors         int64 `json:"errors"`           // requests answered with an errno
+	// ReadAheadWaits counts reads that found their read-ahead block still
+	// being fetched (the reader caught up with the storage), and
+	// ReadAheadWaitSeconds the time they waited.
+	ReadAheadWaits       int64   `json:"read_ahead_waits"`
+	ReadAheadWaitSeconds float64 `json:"read_ahead_wait_seconds"`
+	Errors               int64   `json:"errors"` // requests answered with an errno
 }
 
 // Server is a mounted file system.
@@ -155,7 +160,7 @@ type Server struct {
 
 	stats struct {
 		reads, readBytes, writes, writeBytes, batches, batchedReads atomic.Int64
-		raHits, raBytes, errors                                     atomic.Int64
+		raHits, raBytes, raWaits, raWaitNanos, errors               atomic.Int64
 	}
 
 	unmountOnce sync.Once
@@ -266,7 +271,9 @@ func (s *Server) Stats() Stats {
 		Writes: s.stats.writes.Load(), WriteBytes: s.stats.writeBytes.Load(),
 		Batches: s.stats.batches.Load(), BatchedReads: s.stats.batchedReads.Load(),
 		ReadAheadHits: s.stats.raHits.Load(), ReadAheadBytes: s.stats.raBytes.Load(),
-		Errors: s.stats.errors.Load(),
+		ReadAheadWaits:       s.stats.raWaits.Load(),
+		ReadAheadWaitSeconds: time.Duration(s.stats.raWaitNanos.Load()).Seconds(),
+		Errors:               s.stats.errors.Load(),
 	}
 }
 

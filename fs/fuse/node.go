@@ -3,6 +3,7 @@ package fuse
 import (
 	"context"
 	"fmt"
+	"path"
 	"slices"
 	"strings"
 	"sync"
@@ -39,12 +40,28 @@ type node struct {
 	// seq is a new file written sequentially over a backend without
 	// fs.RandomAccessFS, published on flush. Guarded by mu.
 	seq *seqHandle
-	// mtime is the time of the last write through this mount; zero if
-	// none. Guarded by mu.
+	// Times. The storage keeps its own modification times, which differ
+	// from the times of this mount's writes (a write is stored later, in
+	// the background, or on close). So that a file reports one time
+	// consistently, before and after its last writer closes it and after
+	// it is unlinked while open:
+	//
+	// mtime is the time of the last write through this mount while a
+	// write file (or seq) is open; zero if none. Guarded by mu.
 	mtime time.Time
-	// seen is the modification time last read from the storage, for a
-	// node unlinked while open. Guarded by mu.
-	seen time.Time
+	// kept pairs the storage's time read right after this mount's last
+	// writer closed the file (keptStorage) with the time of that writer's
+	// last write (keptMount): while the storage still reports keptStorage
+	// the file has not changed since, and keptMount is reported. Guarded
+	// by mu.
+	keptStorage, keptMount time.Time
+	// last is the description last reported to the kernel (lastOK once
+	// set): a node unlinked while open keeps reporting it. Guarded by mu.
+	last   fs.FileInfo
+	lastOK bool
+	// epoch counts the starts and ends of releases of the write file (see
+	// describe). Guarded by mu.
+	epoch uint64
 }
 
 var (
@@ -121,52 +138,140 @@ func (s *Server) fillAttr(st fs.FileInfo, a *gofuse.Attr) {
 }
 
 // stat describes the node: from the open write file if any (it has the
-// newest length), else from the backend.
+// newest length), else from the backend; a node unlinked while open keeps
+// what it reported last. See node.report for the times.
 func (n *node) stat(ctx context.Context, fh gofs.FileHandle) (fs.FileInfo, syscall.Errno) {
+	// A release closing the write file changes the storage's length and
+	// time: answer after it, not in the middle.
+	n.waitClosed(ctx)
 	n.mu.Lock()
-	wf, seq, mtime := n.wf, n.seq, n.mtime
+	open := n.wf != nil || n.seq != nil
+	written := open && !n.mtime.IsZero()
 	n.mu.Unlock()
 	p, errno := n.path()
-	if wf != nil || seq != nil {
-		st := fs.FileInfo{ModTime: mtime}
-		st.Size, _ = n.openSize()
-		if st.ModTime.IsZero() {
-			// Not written through this mount yet: the storage's time.
-			st.ModTime = n.lastModTime()
-			if errno == 0 {
-				if bst, err := n.srv.backend.Stat(ctx, p); err == nil {
-					st.ModTime = bst.ModTime
-					n.setLastModTime(bst.ModTime)
-				}
-			}
-		}
-		return st, 0
-	}
 	if errno != 0 {
-		// Unlinked while open: what the open handle knows.
-		if h, ok := fh.(*readHandle); ok {
-			return fs.FileInfo{Size: h.f.Size(), ModTime: n.lastModTime()}, 0
+		// Unlinked while open: what it had, with this mount's writes.
+		n.mu.Lock()
+		st, ok := n.last, n.lastOK
+		n.mu.Unlock()
+		if !ok && !open {
+			h, isRead := fh.(*readHandle)
+			if !isRead {
+				return fs.FileInfo{}, errno
+			}
+			st = fs.FileInfo{Name: path.Base(h.f.Name()), Size: h.f.Size()}
 		}
-		return fs.FileInfo{}, errno
+		return n.report(st), 0
 	}
-	st, err := n.srv.backend.Stat(ctx, p)
+	if written {
+		// Length and time come from this mount: no storage round trip.
+		return n.report(fs.FileInfo{Name: path.Base(p)}), 0
+	}
+	st, err := n.describe(ctx, p)
 	if err != nil {
-		return fs.FileInfo{}, n.srv.errno(err)
+		if !open {
+			return fs.FileInfo{}, n.srv.errno(err)
+		}
+		// A file being written that the storage does not show yet (a
+		// new file over a sequential-only backend): this mount's view.
+		n.mu.Lock()
+		st = n.last
+		n.mu.Unlock()
+		st = n.report(st)
 	}
-	n.setLastModTime(st.ModTime)
 	return st, 0
 }
 
-// lastModTime is the modification time last seen in the storage.
-func (n *node) lastModTime() time.Time {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	return n.seen
+// describe stats p, the node's path, in the storage and reports it. The
+// storage's answer must not straddle a release of the node's write file
+// (it could then show the file as it was before the close, while the
+// report takes the node's state after it): when one started or ended
+// meanwhile, it asks again.
+func (n *node) describe(ctx context.Context, p string) (fs.FileInfo, error) {
+	for {
+		n.waitClosed(ctx)
+		n.mu.Lock()
+		e := n.epoch
+		n.mu.Unlock()
+		st, err := n.srv.backend.Stat(ctx, p)
+		if err != nil {
+			return fs.FileInfo{}, err
+		}
+		if r, ok := n.reportAt(st, e, true); ok || ctx.Err() != nil {
+			if !ok {
+				r = n.report(st)
+			}
+			return r, nil
+		}
+	}
 }
 
-func (n *node) setLastModTime(t time.Time) {
+// report is what the kernel is told about the node, given st from the
+// storage (or the last report): the open write file's length and the
+// time of this mount's last write while it is open; after this mount's
+// last writer closed it, the time of that writer's last write for as
+// long as the storage shows the file as that close left it; else the
+// storage's. It is remembered for a node unlinked while open.
+func (n *node) report(st fs.FileInfo) fs.FileInfo {
+	r, _ := n.reportAt(st, 0, false)
+	return r
+}
+
+// reportAt is report, refused (false) if check and the node's epoch is no
+// longer e.
+func (n *node) reportAt(st fs.FileInfo, e uint64, check bool) (fs.FileInfo, bool) {
+	if !st.IsDir {
+		if size, ok := n.openSize(); ok {
+			st.Size = size
+		}
+	}
 	n.mu.Lock()
-	n.seen = t
+	defer n.mu.Unlock()
+	if check && n.epoch != e {
+		return fs.FileInfo{}, false
+	}
+	switch {
+	case st.IsDir:
+	case (n.wf != nil || n.seq != nil) && !n.mtime.IsZero():
+		st.ModTime = n.mtime
+	case !n.keptStorage.IsZero() && st.ModTime.Equal(n.keptStorage):
+		st.ModTime = n.keptMount
+	}
+	n.last, n.lastOK = st, true
+	return st, true
+}
+
+// keepTimes runs when this mount's last writer of the node has closed it
+// (and the close has reached the storage): wrote is the time of its last
+// write (zero if it wrote nothing). It reads the storage's time now, so
+// that report keeps showing wrote while the file stays as it is.
+func (n *node) keepTimes(wrote time.Time) {
+	if wrote.IsZero() {
+		return
+	}
+	var storage time.Time
+	if p, errno := n.path(); errno == 0 {
+		ctx, cancel := n.srv.opContext()
+		if st, err := n.srv.backend.Stat(ctx, p); err == nil {
+			storage = st.ModTime
+		}
+		cancel()
+	}
+	n.mu.Lock()
+	n.keptStorage, n.keptMount = storage, wrote
+	if storage.IsZero() {
+		n.keptMount = time.Time{}
+	}
+	if n.lastOK && !n.last.IsDir {
+		n.last.ModTime = wrote // an unlinked node keeps its last write's time
+	}
+	n.mu.Unlock()
+}
+
+// closed ends a release: the write file is closed in the storage.
+func (n *node) closed() {
+	n.mu.Lock()
+	n.epoch++
 	n.mu.Unlock()
 }
 
@@ -208,19 +313,35 @@ func (n *node) Lookup(_ context.Context, name string, out *gofuse.EntryOut) (*go
 	}
 	ctx, cancel := n.srv.opContext()
 	defer cancel()
-	st, err := n.srv.backend.Stat(ctx, p)
+	var st fs.FileInfo
+	var err error
+	known, _ := n.childNode(name)
+	if known != nil {
+		st, err = known.describe(ctx, p)
+	} else {
+		st, err = n.srv.backend.Stat(ctx, p)
+	}
 	if err != nil {
 		return nil, n.srv.errno(err)
 	}
 	child := n.newChild(ctx, name, st.IsDir)
-	if cn, ok := child.Operations().(*node); ok && !st.IsDir {
+	if cn, ok := child.Operations().(*node); ok && cn != known {
 		// A file this mount is writing: its open handle has the length.
-		if size, ok := cn.openSize(); ok {
-			st.Size = max(st.Size, size)
-		}
+		st = cn.report(st)
 	}
 	n.srv.fillAttr(st, &out.Attr)
 	return child, 0
+}
+
+// childNode is the node of the child called name that the kernel knows,
+// if any.
+func (n *node) childNode(name string) (*node, bool) {
+	if c := n.GetChild(name); c != nil {
+		if cn, ok := c.Operations().(*node); ok {
+			return cn, true
+		}
+	}
+	return nil, false
 }
 
 // openSize is the length of the file as this mount's open write handle
@@ -315,10 +436,22 @@ func (n *node) waitClosed(ctx context.Context) {
 	}
 }
 
+// touch records a change made through an open write file (the storage's
+// own time is reported for changes made without one).
 func (n *node) touch() {
 	n.mu.Lock()
-	n.mtime = time.Now()
+	if n.wf != nil || n.seq != nil {
+		n.mtime = time.Now()
+	}
 	n.mu.Unlock()
+}
+
+// busy: this mount has the node open for writing or is closing it, or
+// reports the time of its own writes for it.
+func (n *node) busy() bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.wf != nil || n.seq != nil || n.closing != nil || !n.keptStorage.IsZero()
 }
 
 func (n *node) Mkdir(_ context.Context, name string, mode uint32, out *gofuse.EntryOut) (*gofs.Inode, syscall.Errno) {
@@ -363,7 +496,14 @@ func (n *node) remove(name string, dir bool) syscall.Errno {
 	}
 	ctx, cancel := n.srv.opContext()
 	defer cancel()
-	st, err := n.srv.backend.Stat(ctx, p)
+	var st fs.FileInfo
+	var err error
+	if cn, ok := n.childNode(name); ok && !dir {
+		// Still open somewhere, it keeps reporting what it had.
+		st, err = cn.describe(ctx, p)
+	} else {
+		st, err = n.srv.backend.Stat(ctx, p)
+	}
 	if err != nil {
 		return n.srv.errno(err)
 	}
@@ -592,11 +732,16 @@ func (d *dirHandle) Lookup(ctx context.Context, name string, out *gofuse.EntryOu
 	if !found {
 		return d.n.Lookup(ctx, name, out)
 	}
-	child := d.n.newChild(ctx, name, st.IsDir)
-	if cn, ok := child.Operations().(*node); ok && !st.IsDir {
-		if size, ok := cn.openSize(); ok {
-			st.Size = max(st.Size, size)
+	if cn, ok := d.n.childNode(name); ok {
+		if cn.busy() {
+			// Being written or closed by this mount: the listing may
+			// predate that; describe it as Lookup and Getattr do.
+			return d.n.Lookup(ctx, name, out)
 		}
+	}
+	child := d.n.newChild(ctx, name, st.IsDir)
+	if cn, ok := child.Operations().(*node); ok {
+		st = cn.report(st)
 	}
 	d.n.srv.fillAttr(st, &out.Attr)
 	return child, 0

@@ -3,6 +3,7 @@ package fuse
 import (
 	"context"
 	"sync"
+	"time"
 	"unsafe"
 
 	gofuse "github.com/hanwen/go-fuse/v2/fuse"
@@ -45,8 +46,6 @@ type raBlock struct {
 	dropped bool // guarded by readahead.mu
 	readers int  // readers copying out; guarded by readahead.mu
 }
-
-var raBufPool sync.Pool // of *[]byte, Options.ReadAheadBlock long
 
 func newReadahead(s *Server, f fs.File) *readahead {
 	ctx, cancel := context.WithCancel(s.ctx)
@@ -125,7 +124,16 @@ func (ra *readahead) result(off int64, n int) (gofuse.ReadResult, bool) {
 
 	r := &raResult{ra: ra, blocks: need, size: n}
 	for _, b := range need {
-		<-b.done
+		select {
+		case <-b.done:
+		default:
+			// The reader caught up with the read-ahead: the storage is
+			// the bottleneck (Stats.ReadAheadWaits tells how often).
+			t := time.Now()
+			<-b.done
+			ra.s.stats.raWaits.Add(1)
+			ra.s.stats.raWaitNanos.Add(int64(time.Since(t)))
+		}
 		if b.err != nil {
 			r.fail()
 			return nil, false
@@ -196,12 +204,7 @@ func (ra *readahead) startLocked(off int64) bool {
 		return false
 	}
 	n := min(ra.bs, ra.size-off)
-	var buf []byte
-	if p, ok := raBufPool.Get().(*[]byte); ok && int64(cap(*p)) >= ra.bs {
-		buf = (*p)[:n]
-	} else {
-		buf = alignedBuffer(int(ra.bs))[:n]
-	}
+	buf := getBlock(int(ra.bs))[:n]
 	b := &raBlock{off: off, buf: buf, done: make(chan struct{})}
 	ra.blocks[off] = b
 	ra.s.wg.Add(1)
@@ -234,9 +237,8 @@ func (ra *readahead) maybeFreeLocked(b *raBlock) {
 	if !b.dropped || !b.fetched || b.readers > 0 || b.buf == nil {
 		return
 	}
-	buf := b.buf[:0]
+	putBlock(b.buf)
 	b.buf = nil
-	raBufPool.Put(&buf)
 	<-ra.s.raSem
 }
 

@@ -363,11 +363,7 @@ func RunPOSIX(t *testing.T, mnt string, native fs.FS, nativeRoot string) {
 		"TruncateFile", "TruncateNoFile", "MkdirRmdir",
 		"RenameOverwriteDestNoExist", "RenameOverwriteDestExist", "RenameOpenDir",
 		"ReadDirBasic", "DirSeek", "AppendWrite", "DirectIO", "FileLarge",
-		"ParallelFileOpen", "FdLeak", "OpenAt",
-		// FstatDeleted is left out: the modification time fstat reports for
-		// a file unlinked while a write handle is open can differ from the
-		// one reported before the unlink (the mount's write time versus the
-		// storage's), which failed intermittently under -race. Known gap.
+		"ParallelFileOpen", "FdLeak", "OpenAt", "FstatDeleted",
 	} {
 		t.Run("posixtest/"+name, func(t *testing.T) {
 			dir := p("pt-" + name)
