@@ -293,6 +293,12 @@ type batchReaderN interface {
 	ReadBatchN(ctx context.Context, reqs []fs.ReadRequest, parallelism int) error
 }
 
+// batchReaderBudget is an optional fs.FS capability: a batched read whose
+// reads hold tokens of a budget shared with other batches (localfs).
+type batchReaderBudget interface {
+	ReadBatchBudget(ctx context.Context, reqs []fs.ReadRequest, parallelism int, budget *fs.Budget) error
+}
+
 // issue runs the reads, grouped per file system.
 func (p *plan) issue(ctx context.Context, reqs []fs.ReadRequest) error {
 	if len(reqs) == 0 {
@@ -308,7 +314,7 @@ func (p *plan) issue(ctx context.Context, reqs []fs.ReadRequest) error {
 		}
 	}
 	if same && fsys != nil {
-		return readBatch(ctx, fsys, reqs, r.opts.Parallelism)
+		return readBatch(ctx, fsys, reqs, r.opts.Parallelism, r.budget)
 	}
 	// Mixed file systems, or files without one: group and run each.
 	groups := map[fs.FS][]fs.ReadRequest{}
@@ -322,7 +328,7 @@ func (p *plan) issue(ctx context.Context, reqs []fs.ReadRequest) error {
 	}
 	g, gctx := errgroup.WithContext(ctx)
 	for f, rs := range groups {
-		g.Go(func() error { return readBatch(gctx, f, rs, r.opts.Parallelism) })
+		g.Go(func() error { return readBatch(gctx, f, rs, r.opts.Parallelism, r.budget) })
 	}
 	if len(plain) > 0 {
 		g.Go(func() error {
@@ -332,7 +338,13 @@ func (p *plan) issue(ctx context.Context, reqs []fs.ReadRequest) error {
 				if pctx.Err() != nil {
 					break
 				}
-				pg.Go(func() error { return readFull(rq.File, rq.Buf, rq.Off) })
+				pg.Go(func() error {
+					if _, err := r.budget.Take(pctx, 1); err != nil {
+						return err
+					}
+					defer r.budget.Give(1)
+					return readFull(rq.File, rq.Buf, rq.Off)
+				})
 			}
 			return pg.Wait()
 		})
@@ -340,7 +352,10 @@ func (p *plan) issue(ctx context.Context, reqs []fs.ReadRequest) error {
 	return g.Wait()
 }
 
-func readBatch(ctx context.Context, fsys fs.FS, reqs []fs.ReadRequest, par int) error {
+func readBatch(ctx context.Context, fsys fs.FS, reqs []fs.ReadRequest, par int, budget *fs.Budget) error {
+	if b, ok := fsys.(batchReaderBudget); ok && budget != nil {
+		return b.ReadBatchBudget(ctx, reqs, par, budget)
+	}
 	if b, ok := fsys.(batchReaderN); ok {
 		return b.ReadBatchN(ctx, reqs, par)
 	}

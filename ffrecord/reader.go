@@ -40,8 +40,15 @@ type ReadOptions struct {
 	Direct bool
 	// NoVerify skips the per-sample CRC-32 checks. Default: verify.
 	NoVerify bool
-	// Parallelism is the number of reads in flight. Default 64.
+	// Parallelism is the number of reads in flight per batch. Default 64.
 	Parallelism int
+	// MaxInFlight bounds the reads in flight across all the batches this
+	// Reader reads at the same time (a loader's prefetch, several
+	// goroutines). Each batch may use up to Parallelism of it, and what one
+	// batch leaves unused while it plans, checks or drains its last reads
+	// goes to the others, so the device's queue stays at MaxInFlight.
+	// 0: no bound beyond Parallelism per batch.
+	MaxInFlight int
 	// MergeGap merges neighbouring ranges of one file whose gap is at most
 	// this many bytes into one read. 0 means DefaultMergeGap; < 0 never merges.
 	MergeGap int64
@@ -54,6 +61,9 @@ type ReadOptions struct {
 func (o ReadOptions) Validate() error {
 	if o.Parallelism < 0 {
 		return fmt.Errorf("%w: Parallelism %d is negative", ErrIndex, o.Parallelism)
+	}
+	if o.MaxInFlight < 0 {
+		return fmt.Errorf("%w: MaxInFlight %d is negative", ErrIndex, o.MaxInFlight)
 	}
 	return nil
 }
@@ -88,6 +98,7 @@ type FileMeta struct {
 // concurrent use.
 type Reader struct {
 	opts   ReadOptions
+	budget *fs.Budget // from opts.MaxInFlight; nil: unbounded
 	files  []*file
 	firsts []int64 // firsts[i]: global index of file i's first sample; firsts[len(files)] = N
 	n      int64
@@ -178,7 +189,7 @@ type noClose struct{ fs.File }
 func (noClose) Close() error { return nil }
 
 func newReader(files []*file, opts ReadOptions) *Reader {
-	r := &Reader{opts: opts, files: files, firsts: make([]int64, len(files)+1)}
+	r := &Reader{opts: opts, budget: fs.NewBudget(opts.MaxInFlight), files: files, firsts: make([]int64, len(files)+1)}
 	for i, f := range files {
 		r.firsts[i] = r.n
 		r.n += f.h.n

@@ -117,7 +117,7 @@ func New(readers []*ffrecord.Reader, opts Options) (*Loader, error) {
 func readOptions(o *Options) ffrecord.ReadOptions {
 	o.fill()
 	warn := o.Log
-	return ffrecord.ReadOptions{Direct: o.Direct, NoVerify: o.NoVerify, Parallelism: o.Workers,
+	return ffrecord.ReadOptions{Direct: o.Direct, NoVerify: o.NoVerify, Parallelism: o.Workers, MaxInFlight: o.MaxInFlight,
 		MergeGap: o.MergeGap, Warn: func(s string) { warn("ffrecord: warning: " + s) }}
 }
 

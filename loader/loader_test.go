@@ -76,9 +76,9 @@ func hashTransform(_ context.Context, s Sample) (any, error) {
 func TestOrderIndependentOfWorkersAndPrefetch(t *testing.T) {
 	dir := makeDataset(t, t.TempDir(), "a", 777, 4)
 	var ref []got
-	for i, c := range []struct{ workers, prefetch, tw int }{{1, 1, 1}, {64, 8, 8}, {3, 2, 2}, {16, 32, 3}} {
+	for i, c := range []struct{ workers, prefetch, tw, maxInFlight int }{{1, 1, 1, 0}, {64, 8, 8, 0}, {3, 2, 2, 0}, {16, 32, 3, 0}, {64, 8, 2, 5}, {8, 4, 1, 1}} {
 		l := mustOpen(t, []string{dir}, Options{BatchSize: 50, Shuffle: true, Seed: 99, Epochs: 2, Rank: 1, WorldSize: 3,
-			Workers: c.workers, Prefetch: c.prefetch, TransformWorkers: c.tw, SampleTransform: hashTransform})
+			Workers: c.workers, Prefetch: c.prefetch, TransformWorkers: c.tw, MaxInFlight: c.maxInFlight, SampleTransform: hashTransform})
 		bs := drain(t, l, -1)
 		checkContent(t, []string{"a"}, bs)
 		if i == 0 {
@@ -86,7 +86,7 @@ func TestOrderIndependentOfWorkersAndPrefetch(t *testing.T) {
 			continue
 		}
 		if !reflect.DeepEqual(bs, ref) {
-			t.Fatalf("workers=%d prefetch=%d: batches differ from workers=1 prefetch=1", c.workers, c.prefetch)
+			t.Fatalf("workers=%d prefetch=%d max in flight=%d: batches differ from workers=1 prefetch=1", c.workers, c.prefetch, c.maxInFlight)
 		}
 	}
 }
@@ -720,6 +720,7 @@ func TestOptionsAreValidated(t *testing.T) {
 		{Options{BlockSize: 4}, "needs shuffling"},
 		{Options{BatchSize: 4, WorldSize: 3, DropLast: true}, "no full batch"},
 		{Options{Workers: -3}, "workers"},
+		{Options{MaxInFlight: -1}, "max in flight"},
 	} {
 		_, err := Open(context.Background(), []string{dir}, c.o)
 		if !errors.Is(err, ErrOptions) || errkind.Of(err) != errkind.Usage {

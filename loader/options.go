@@ -95,6 +95,10 @@ type Options struct {
 	Epochs     int64 `json:"epochs"`
 	// Workers is the number of reads in flight per batch. Default 64.
 	Workers int `json:"workers"`
+	// MaxInFlight bounds the reads in flight of all prefetched batches
+	// together, shared without dividing it (see ffrecord.ReadOptions). 0:
+	// Workers per batch, Prefetch batches at once, nothing shared.
+	MaxInFlight int `json:"max_in_flight,omitempty"`
 	// Prefetch is the number of batches read at once; up to twice as many
 	// are planned (and hold memory) ahead of the consumer. Default 4.
 	Prefetch int `json:"prefetch"`
@@ -185,6 +189,8 @@ func (o Options) Validate() error {
 		return fmt.Errorf("%w: start epoch %d is negative", ErrOptions, o.StartEpoch)
 	case o.Workers < 1:
 		return fmt.Errorf("%w: workers %d, want at least 1", ErrOptions, o.Workers)
+	case o.MaxInFlight < 0:
+		return fmt.Errorf("%w: max in flight %d is negative", ErrOptions, o.MaxInFlight)
 	case o.Prefetch < 1:
 		return fmt.Errorf("%w: prefetch %d, want at least 1 batch", ErrOptions, o.Prefetch)
 	case o.MemoryBudget < 1:

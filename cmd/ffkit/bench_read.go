@@ -23,6 +23,7 @@ type benchReadFlags struct {
 	direct      bool
 	parallelism int
 	inflight    int
+	maxInFlight int
 	mergeGap    int64
 	noVerify    bool
 	fio         bool
@@ -49,6 +50,7 @@ type benchReadResult struct {
 	Batches       int64         `json:"batches"`
 	Parallelism   int           `json:"parallelism"`
 	Inflight      int           `json:"batches_in_flight"`
+	MaxInFlight   int           `json:"max_reads_in_flight"`
 	// baseline: one plain pread per sample, same number of reads in flight
 	BaselineSamplesPerSec float64       `json:"baseline_samples_per_s"`
 	BaselineMiBPerSec     float64       `json:"baseline_mib_s"`
@@ -83,8 +85,11 @@ batch latency p50/p99. In the same run, a baseline reads random samples with
 one plain pread each, with the same number of reads in flight; the ratio is
 ffkit's samples/s over the baseline's. With --fio, fio's 4 KiB random-read
 IOPS (io_uring, iodepth 64) on the dataset's largest file is measured too.
-By default 4 batches are in flight with 16 reads each: 64 reads in flight,
-as many as the baseline's preads and fio's iodepth.
+By default 4 batches are in flight, each with up to 64 reads in flight, and
+at most 64 reads are in flight in all (--max-in-flight): as many as the
+baseline's preads and fio's iodepth. A batch uses what the others leave
+while they plan, check checksums or drain their last reads, so the queue
+stays at 64 between batches.
 
 Reads are made cold first: with --direct the page cache is bypassed (O_DIRECT);
 otherwise the dataset's files are evicted from the page cache before each
@@ -98,8 +103,9 @@ phase, and the cache state is printed next to the figures.`,
 	c.Flags().DurationVar(&f.duration, "duration", 10*time.Second, "measured time of each phase (ffkit, baseline, fio)")
 	c.Flags().DurationVar(&f.warmup, "warmup", 500*time.Millisecond, "warm-up before each phase, not measured")
 	c.Flags().BoolVar(&f.direct, "direct", false, "read with O_DIRECT (bypass the page cache)")
-	c.Flags().IntVar(&f.parallelism, "parallelism", 16, "reads in flight per batch")
-	c.Flags().IntVar(&f.inflight, "batches-in-flight", 4, "batches read concurrently, as a loader prefetches (reads in flight in all: this times --parallelism, 64 by default, as the baseline and fio)")
+	c.Flags().IntVar(&f.parallelism, "parallelism", 64, "reads in flight per batch, at most")
+	c.Flags().IntVar(&f.inflight, "batches-in-flight", 4, "batches read concurrently, as a loader prefetches")
+	c.Flags().IntVar(&f.maxInFlight, "max-in-flight", 64, "reads in flight in all batches together (0: --parallelism x --batches-in-flight); the baseline keeps as many preads in flight")
 	c.Flags().Int64Var(&f.mergeGap, "merge-gap", 0, "merge reads whose gap is at most this many bytes (0 = default, -1 = never)")
 	c.Flags().BoolVar(&f.noVerify, "no-verify", false, "skip the sample checksum checks")
 	c.Flags().BoolVar(&f.fio, "fio", false, "also measure fio 4 KiB random reads (io_uring, iodepth 64) on the largest file")
@@ -116,13 +122,15 @@ func runBenchRead(ctx context.Context, paths []string, f benchReadFlags) error {
 		return usagef("--duration must be positive, got %s", f.duration)
 	case f.parallelism <= 0 || f.inflight <= 0 || f.rounds <= 0:
 		return usagef("--parallelism, --batches-in-flight and --rounds must be positive")
+	case f.maxInFlight < 0:
+		return usagef("--max-in-flight must not be negative, got %d", f.maxInFlight)
 	}
 	slice := f.duration / time.Duration(f.rounds)
 	if slice <= 0 {
 		slice = f.duration
 	}
 	r, err := ffrecord.Open(ctx, paths, ffrecord.ReadOptions{Direct: f.direct, NoVerify: f.noVerify,
-		Parallelism: f.parallelism, MergeGap: f.mergeGap, Warn: func(m string) { warnf("%s", m) }})
+		Parallelism: f.parallelism, MaxInFlight: f.maxInFlight, MergeGap: f.mergeGap, Warn: func(m string) { warnf("%s", m) }})
 	if err != nil {
 		return err
 	}
@@ -148,7 +156,10 @@ func runBenchRead(ctx context.Context, paths []string, f benchReadFlags) error {
 	st := r.Stats()
 	res := benchReadResult{Dataset: fmt.Sprint(paths), Samples: n, Files: len(files), MedianSize: st.MedianLen,
 		BatchSize: f.batchSize, Direct: f.direct, Verify: !f.noVerify, Parallelism: f.parallelism,
-		Inflight: f.inflight, Seconds: f.duration.Seconds(), Rounds: f.rounds}
+		Inflight: f.inflight, MaxInFlight: f.parallelism * f.inflight, Seconds: f.duration.Seconds(), Rounds: f.rounds}
+	if f.maxInFlight > 0 {
+		res.MaxInFlight = min(f.maxInFlight, res.MaxInFlight)
+	}
 	progress := func(msg string) { fmt.Fprintln(human(), "bench read:", msg) }
 	if jsonOut {
 		progress = func(msg string) {}
@@ -181,7 +192,7 @@ func runBenchRead(ctx context.Context, paths []string, f benchReadFlags) error {
 		_, err = r.ReadBatchInto(ctx, ix, bufs[w][:size])
 		return size, err
 	}
-	workers := f.parallelism * f.inflight
+	workers := res.MaxInFlight
 	res.BaselineWorkers = workers
 	raw := make([]fs.File, len(files))
 	var fsyses []fs.FS
@@ -333,7 +344,7 @@ func runBenchRead(ctx context.Context, paths []string, f benchReadFlags) error {
 	}
 	t.Notes = append(t.Notes,
 		"ffkit latencies are per batch; the baseline's are per pread",
-		fmt.Sprintf("ratio = ffkit samples/s over the row's samples/s; %d batches of %d in flight, %d reads in flight each", f.inflight, f.batchSize, f.parallelism),
+		fmt.Sprintf("ratio = ffkit samples/s over the row's samples/s; %d batches of %d in flight, up to %d reads each, %d in all", f.inflight, f.batchSize, f.parallelism, res.MaxInFlight),
 		fmt.Sprintf("%d rounds alternating the rows, %s each per round, made cold before each", f.rounds, slice))
 	if !f.direct {
 		t.Notes = append(t.Notes, "without --direct the page cache refills during each phase: a dataset smaller than memory is soon read warm; --direct measures the device")

@@ -29,6 +29,7 @@ type loadSummary struct {
 	Shuffle       string        `json:"shuffle"`
 	Seed          uint64        `json:"seed"`
 	Workers       int           `json:"workers"`
+	MaxInFlight   int           `json:"max_in_flight,omitempty"`
 	Prefetch      int           `json:"prefetch"`
 	Direct        bool          `json:"direct"`
 	Verify        bool          `json:"verify"`
@@ -252,7 +253,7 @@ Several PATHs are one dataset; with --weights they are a weighted mixture
 			s := l.Stats()
 			sum := loadSummary{
 				Paths: args, Samples: l.Len(), Rank: o.Rank, WorldSize: max(o.WorldSize, 1), BatchSize: o.BatchSize,
-				Shuffle: st.Shuffle, Seed: o.Seed, Workers: o.Workers, Prefetch: o.Prefetch, Direct: o.Direct, Verify: !o.NoVerify,
+				Shuffle: st.Shuffle, Seed: o.Seed, Workers: o.Workers, MaxInFlight: o.MaxInFlight, Prefetch: o.Prefetch, Direct: o.Direct, Verify: !o.NoVerify,
 				Batches: s.Batches, Delivered: s.Samples, Bytes: s.Bytes, ElapsedS: s.Elapsed.Seconds(),
 				SamplesPerS: s.SamplesPerS, MiBPerS: s.BytesPerS / (1 << 20),
 				FirstBatchMs:  float64(s.FirstBatch) / 1e6,
@@ -292,6 +293,7 @@ Several PATHs are one dataset; with --weights they are a weighted mixture
 	f.IntVar(&o.WorldSize, "world-size", 1, "number of ranks")
 	f.BoolVar(&o.DropLast, "drop-last", false, "deliver only whole batches on every rank (default: pad by wrapping to a multiple of the world size; the last batch may be short)")
 	f.IntVar(&o.Workers, "workers", loader.DefaultWorkers, "reads in flight per batch")
+	f.IntVar(&o.MaxInFlight, "max-in-flight", 0, "reads in flight of all prefetched batches together, shared so one batch's tail does not empty the queue (0: --workers per batch, no shared bound)")
 	f.IntVar(&o.Prefetch, "prefetch", loader.DefaultPrefetch, "batches read at once (up to twice as many are planned ahead of the consumer)")
 	f.BoolVar(&o.Direct, "direct", false, "read with O_DIRECT (bypass the page cache)")
 	f.BoolVar(&o.NoVerify, "no-verify", false, "skip the per-sample CRC-32 checks")

@@ -208,6 +208,13 @@ func (l *FS) ReadBatch(ctx context.Context, reqs []fs.ReadRequest) error {
 
 // ReadBatchN is ReadBatch with at most par reads in flight (default 64).
 func (l *FS) ReadBatchN(ctx context.Context, reqs []fs.ReadRequest, par int) error {
+	return l.ReadBatchBudget(ctx, reqs, par, nil)
+}
+
+// ReadBatchBudget is ReadBatchN whose reads also hold budget's tokens while
+// in flight, so that concurrent calls sharing budget keep at most its bound
+// in flight in all (see fs.Budget). A nil budget bounds nothing.
+func (l *FS) ReadBatchBudget(ctx context.Context, reqs []fs.ReadRequest, par int, budget *fs.Budget) error {
 	if len(reqs) == 0 {
 		return nil
 	}
@@ -216,7 +223,7 @@ func (l *FS) ReadBatchN(ctx context.Context, reqs []fs.ReadRequest, par int) err
 	}
 	if !l.NoURing && uringOK() && !noURingEnv {
 		if files, ok := uringEligible(reqs); ok {
-			err := readURing(ctx, files, reqs, par)
+			err := readURing(ctx, files, reqs, par, budget)
 			if !errors.Is(err, errUringUnavailable) {
 				return err
 			}
@@ -241,7 +248,13 @@ func (l *FS) ReadBatchN(ctx context.Context, reqs []fs.ReadRequest, par int) err
 		if err := ctx.Err(); err != nil {
 			break
 		}
-		g.Go(func() error { return ReadFull(r.File, r.Buf, r.Off) })
+		g.Go(func() error {
+			if _, err := budget.Take(ctx, 1); err != nil {
+				return err
+			}
+			defer budget.Give(1)
+			return ReadFull(r.File, r.Buf, r.Off)
+		})
 	}
 	return g.Wait()
 }

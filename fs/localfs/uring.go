@@ -226,7 +226,12 @@ func uringOK() bool { return !uringOff.Load() }
 // result is the same as with preads. It returns errUringUnavailable, having
 // left nothing in flight, if the ring cannot be used; the caller then reads
 // everything another way.
-func readURing(ctx context.Context, files []*File, reqs []fs.ReadRequest, depth int) error {
+//
+// With a budget, every read in flight holds one of its tokens: the ring
+// takes what is free before submitting (waiting only when it has nothing in
+// flight) and gives each token back as its read completes, so concurrent
+// batches share the budget's depth without dividing it.
+func readURing(ctx context.Context, files []*File, reqs []fs.ReadRequest, depth int, budget *fs.Budget) error {
 	d := uint32(1)
 	for d < uint32(depth) && d < 4096 {
 		d <<= 1
@@ -238,30 +243,55 @@ func readURing(ctx context.Context, files []*File, reqs []fs.ReadRequest, depth 
 	}
 	var redo []int // requests to finish with ReadFull
 	next, inflight := 0, uint32(0)
+	held := 0 // budget tokens held: one per read pushed and not yet reaped
+	defer func() { budget.Give(held) }()
 	failures := 0
 	for {
 		if ctx.Err() != nil {
 			next = len(reqs) // submit nothing more; drain what is in flight
 		}
-		head, tail := atomic.LoadUint32(r.sqHead), atomic.LoadUint32(r.sqTail)
-		for next < len(reqs) && inflight+(tail-head) < r.entries {
-			if q := &reqs[next]; len(q.Buf) > 0 {
-				r.push(int(files[next].f.Fd()), q.Buf, q.Off, uint64(next))
-				tail++
-			}
+		for next < len(reqs) && len(reqs[next].Buf) == 0 {
 			next++
+		}
+		head, tail := atomic.LoadUint32(r.sqHead), atomic.LoadUint32(r.sqTail)
+		if room := int(r.entries - inflight - (tail - head)); next < len(reqs) && room > 0 {
+			want := min(room, len(reqs)-next)
+			got := budget.TryTake(want)
+			if got == 0 && inflight == 0 && tail == head {
+				// Nothing of ours in flight: wait for another batch's reads.
+				var err error
+				if got, err = budget.Take(ctx, want); err != nil {
+					next = len(reqs)
+				}
+			}
+			held += got
+			for ; next < len(reqs) && got > 0; next++ {
+				if q := &reqs[next]; len(q.Buf) > 0 {
+					r.push(int(files[next].f.Fd()), q.Buf, q.Off, uint64(next))
+					tail++
+					got--
+				}
+			}
+			budget.Give(got) // taken for reads that turned out empty
+			held -= got
 		}
 		pending := tail - head
 		if pending == 0 && inflight == 0 {
+			if next < len(reqs) {
+				continue
+			}
 			break
 		}
 		err := r.enter(pending, 1)
 		inflight += atomic.LoadUint32(r.sqHead) - head // what the kernel took
-		inflight -= uint32(r.reap(func(ud uint64, res int32) {
+		reaped := r.reap(func(ud uint64, res int32) {
 			if i := int(ud); res < 0 || int(res) < len(reqs[i].Buf) {
 				redo = append(redo, i) // an error or a short read: ReadFull decides
 			}
-		}))
+		})
+		inflight -= uint32(reaped)
+		budget.Give(reaped)
+		held -= reaped
 		if err == nil {
 			failures = 0
 			continue

@@ -4,10 +4,12 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/ffkit/ffkit/fs"
 )
@@ -76,6 +78,75 @@ func TestReadBatchURing(t *testing.T) {
 		if err := l.ReadBatchN(ctx, bad, 4); !errors.Is(err, fs.ErrShortRead) {
 			t.Fatalf("direct=%v read past the end: %v", direct, err)
 		}
+		f.Close()
+	}
+}
+
+// Concurrent batches sharing a budget read the right bytes through the ring
+// and through preads, never hold more than the budget, and give every token
+// back, also when a batch fails or its context ends.
+func TestReadBatchBudget(t *testing.T) {
+	ctx := context.Background()
+	p := filepath.Join(t.TempDir(), "data")
+	data := make([]byte, 1<<20)
+	rng := rand.New(rand.NewPCG(7, 8))
+	for i := range data {
+		data[i] = byte(rng.Uint32())
+	}
+	if err := os.WriteFile(p, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range []*FS{New(), {Parallelism: 64, NoURing: true}} {
+		f, err := l.Open(ctx, p, fs.OpenOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		budget := fs.NewBudget(5)
+		errs := make(chan error, 8)
+		for w := range 8 {
+			go func() {
+				rng := rand.New(rand.NewPCG(uint64(w), 1))
+				for range 20 {
+					reqs := make([]fs.ReadRequest, 1+rng.IntN(50))
+					for i := range reqs {
+						off := rng.Int64N(int64(len(data)) - 4096)
+						reqs[i] = fs.ReadRequest{File: f, Off: off, Buf: make([]byte, rng.IntN(4096))}
+					}
+					if err := l.ReadBatchBudget(ctx, reqs, 64, budget); err != nil {
+						errs <- err
+						return
+					}
+					for i, q := range reqs {
+						if !bytes.Equal(q.Buf, data[q.Off:q.Off+int64(len(q.Buf))]) {
+							errs <- fmt.Errorf("noURing=%v request %d differs", l.NoURing, i)
+							return
+						}
+					}
+				}
+				errs <- nil
+			}()
+		}
+		for range 8 {
+			if err := <-errs; err != nil {
+				t.Fatal(err)
+			}
+		}
+		// a failing batch gives its tokens back too
+		bad := []fs.ReadRequest{{File: f, Off: int64(len(data)) - 5, Buf: make([]byte, 10)}}
+		if err := l.ReadBatchBudget(ctx, bad, 4, budget); !errors.Is(err, fs.ErrShortRead) {
+			t.Fatalf("read past the end: %v", err)
+		}
+		if got := budget.TryTake(100); got != 5 {
+			t.Fatalf("noURing=%v: %d of 5 tokens free after all batches ended", l.NoURing, got)
+		}
+		// with the budget exhausted, a batch waits and its context ends it
+		cctx, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+		err = l.ReadBatchBudget(cctx, []fs.ReadRequest{{File: f, Off: 0, Buf: make([]byte, 10)}}, 4, budget)
+		cancel()
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("noURing=%v: batch with no budget left: %v", l.NoURing, err)
+		}
+		budget.Give(5)
 		f.Close()
 	}
 }
