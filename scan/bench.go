@@ -31,6 +31,16 @@ type BenchOptions struct {
 	Runs int
 	// Partitions of the hash repartition. Default 16.
 	Partitions int
+	// RepartitionBytes, if set, times the hash repartition on a separate
+	// generated input of about this many uncompressed bytes (the same
+	// columns, more rows), streamed from disk; 0 repartitions the main data.
+	RepartitionBytes int64
+	// RepartitionRuns per engine on that input. Default 1.
+	RepartitionRuns int
+	// MemoryLimit is DuckDB's memory_limit while it generates and
+	// repartitions the big input (ffkit's own buffers are bounded by its
+	// row-group byte caps). Default "2GB".
+	MemoryLimit string
 	// Log, if set, receives progress lines.
 	Log func(format string, args ...any)
 }
@@ -70,6 +80,12 @@ type BenchResult struct {
 	// Repartition throughput, uncompressed input MiB per second per core.
 	RepartitionMiBsPerCore       float64 `json:"repartition_mib_s_per_core"`
 	DuckDBRepartitionMiBsPerCore float64 `json:"duckdb_repartition_mib_s_per_core"`
+	// The repartition's input: uncompressed and file bytes, rows.
+	RepartitionInputBytes int64 `json:"repartition_input_uncompressed_bytes"`
+	RepartitionFileBytes  int64 `json:"repartition_input_file_bytes"`
+	RepartitionRows       int64 `json:"repartition_input_rows"`
+	// MaxRSSBytes is the process's peak resident set (both engines).
+	MaxRSSBytes int64 `json:"max_rss_bytes"`
 	// SmallPond's GraySort: 110.5 TiB in 30 min 14 s on 50 x 192 cores.
 	GraySortMiBsPerCore float64 `json:"smallpond_graysort_mib_s_per_core"`
 }
@@ -171,10 +187,19 @@ func Bench(ctx context.Context, o BenchOptions) (*BenchResult, error) {
 			return s.RowsOut, nil
 		}
 	}
-	measure := func(row BenchRow, ffkit, base func() (int64, error)) error {
+	measureN := func(row BenchRow, runs int, warm bool, ffkit, base func() (int64, error)) error {
 		var ft, bt, fc, bc []float64
-		for r := 0; r < o.Runs; r++ {
-			// interleaved, so a noisy neighbour hits both alike
+		if warm {
+			// one untimed run of each: both read the file from the page
+			// cache and start with warm allocators
+			if _, err := ffkit(); err != nil {
+				return fmt.Errorf("%s (ffkit): %w", row.Name, err)
+			}
+			if _, err := base(); err != nil {
+				return fmt.Errorf("%s (%s): %w", row.Name, row.Baseline, err)
+			}
+		}
+		runFF := func() error {
 			t0, c0 := time.Now(), cpuSeconds()
 			n, err := ffkit()
 			if err != nil {
@@ -182,12 +207,31 @@ func Bench(ctx context.Context, o BenchOptions) (*BenchResult, error) {
 			}
 			ft, fc = append(ft, time.Since(t0).Seconds()), append(fc, cpuSeconds()-c0)
 			row.FFkitRowsOut = n
-			t0, c0 = time.Now(), cpuSeconds()
-			if n, err = base(); err != nil {
+			return nil
+		}
+		runBase := func() error {
+			t0, c0 := time.Now(), cpuSeconds()
+			n, err := base()
+			if err != nil {
 				return fmt.Errorf("%s (%s): %w", row.Name, row.Baseline, err)
 			}
 			bt, bc = append(bt, time.Since(t0).Seconds()), append(bc, cpuSeconds()-c0)
 			row.BaseRowsOut = n
+			return nil
+		}
+		for r := 0; r < runs; r++ {
+			// interleaved, so a noisy neighbour hits both alike, and the
+			// order alternates (ABBA...), so neither always goes first
+			first, second := runFF, runBase
+			if r%2 == 1 {
+				first, second = runBase, runFF
+			}
+			if err := first(); err != nil {
+				return err
+			}
+			if err := second(); err != nil {
+				return err
+			}
 		}
 		row.FFkitSeconds, row.BaseSeconds = median(ft), median(bt)
 		row.Ratio = row.BaseSeconds / row.FFkitSeconds
@@ -201,6 +245,9 @@ func Bench(ctx context.Context, o BenchOptions) (*BenchResult, error) {
 			row.Baseline, row.BaseSeconds, row.BaseCPU, row.Ratio, row.CPURatio)
 		res.Results = append(res.Results, row)
 		return nil
+	}
+	measure := func(row BenchRow, ffkit, base func() (int64, error)) error {
+		return measureN(row, o.Runs, true, ffkit, base)
 	}
 	src := fmt.Sprintf("read_parquet('%s')", in)
 	out := func(n string) string { return filepath.Join(dir, n) }
@@ -230,13 +277,80 @@ func Bench(ctx context.Context, o BenchOptions) (*BenchResult, error) {
 	}
 	// 4. hash repartition into N parquet partitions
 	n := o.Partitions
-	if err := measure(BenchRow{Name: fmt.Sprintf("hash repartition x%d", n), What: "all columns by hash(key) -> N parquet partitions", Baseline: "duckdb"},
-		ours(Job{PartitionBy: "hash:key", Partitions: n, Output: out("q5")}),
-		duckCopy(fmt.Sprintf("SELECT *, hash(key) %% %d AS p FROM %s", n, src), out("q5-duck"), ", PARTITION_BY (p)")); err != nil {
+	rin, rsrc, rbytes, rruns, rwarm := in, src, res.UncompressedSize, o.Runs, true
+	res.RepartitionRows, res.RepartitionFileBytes = res.Rows, res.FileBytes
+	if o.RepartitionBytes > 0 {
+		rruns, rwarm = max(o.RepartitionRuns, 1), false
+		if o.MemoryLimit == "" {
+			o.MemoryLimit = "2GB"
+		}
+		// the same columns, as many rows as make RepartitionBytes
+		rows := int64(float64(o.RepartitionBytes) / (float64(res.UncompressedSize) / float64(res.Rows)))
+		rin = filepath.Join(dir, fmt.Sprintf("repartition-%d.parquet", rows))
+		rsrc = fmt.Sprintf("read_parquet('%s')", rin)
+		for _, q := range []string{fmt.Sprintf("SET memory_limit='%s'", o.MemoryLimit),
+			fmt.Sprintf("SET temp_directory='%s'", filepath.Join(dir, "duckdb-tmp"))} {
+			if _, err := db.ExecContext(ctx, q); err != nil {
+				return nil, err
+			}
+		}
+		if _, err := os.Stat(rin); err != nil {
+			logf("generating %d rows (~%.1f GiB uncompressed) with DuckDB into %s", rows, float64(o.RepartitionBytes)/(1<<30), rin)
+			gen := fmt.Sprintf(`COPY (SELECT i AS key, hash(i) / 18446744073709551615.0 AS value,
+				'category_' || (i %% 16)::VARCHAR AS category,
+				(DATE '2020-01-01' + (i * 365 // %d)::INTEGER) AS day,
+				(i %% 100000)::INTEGER AS user_id
+				FROM range(%d) t(i)) TO '%s' (FORMAT parquet, COMPRESSION zstd, ROW_GROUP_SIZE 122880)`, rows, rows, rin+".tmp")
+			if _, err := db.ExecContext(ctx, gen); err != nil {
+				return nil, fmt.Errorf("generate: %w", err)
+			}
+			if err := os.Rename(rin+".tmp", rin); err != nil {
+				return nil, err
+			}
+		}
+		rf, err := OpenFile(ctx, rin, nil)
+		if err != nil {
+			return nil, err
+		}
+		rbytes = 0
+		for rg := 0; rg < rf.NumRowGroups(); rg++ {
+			rbytes += rf.meta.RowGroup(rg).TotalByteSize()
+		}
+		res.RepartitionRows, res.RepartitionFileBytes = rf.Rows, rf.Size
+		rf.Close()
+		logf("repartition input: %d rows, %.2f GiB uncompressed, %.2f GiB parquet", res.RepartitionRows, float64(rbytes)/(1<<30), float64(res.RepartitionFileBytes)/(1<<30))
+	}
+	res.RepartitionInputBytes = rbytes
+	oursOn := func(j Job) func() (int64, error) {
+		f := ours(j)
+		return func() (int64, error) {
+			if rin == in {
+				return f()
+			}
+			os.RemoveAll(j.Output)
+			j.Inputs, j.Workers = []string{rin}, o.Workers
+			s, err := Run(ctx, j)
+			if err != nil {
+				return 0, err
+			}
+			lastSum = s
+			return s.RowsOut, nil
+		}
+	}
+	if err := measureN(BenchRow{Name: fmt.Sprintf("hash repartition x%d", n), What: fmt.Sprintf("all columns by hash(key) -> N parquet partitions (%d rows)", res.RepartitionRows), Baseline: "duckdb"},
+		rruns, rwarm,
+		oursOn(Job{PartitionBy: "hash:key", Partitions: n, Output: out("q5")}),
+		duckCopy(fmt.Sprintf("SELECT *, hash(key) %% %d AS p FROM %s", n, rsrc), out("q5-duck"), ", PARTITION_BY (p)")); err != nil {
 		return nil, err
 	}
+	if rin != in {
+		// the multi-GiB outputs go; the input stays for a rerun with the same --dir
+		os.RemoveAll(out("q5"))
+		os.RemoveAll(out("q5-duck"))
+		os.RemoveAll(filepath.Join(dir, "duckdb-tmp"))
+	}
 	last := res.Results[len(res.Results)-1]
-	mib := float64(res.UncompressedSize) / (1 << 20)
+	mib := float64(rbytes) / (1 << 20)
 	res.RepartitionMiBsPerCore = mib / last.FFkitSeconds / float64(o.Workers)
 	res.DuckDBRepartitionMiBsPerCore = mib / last.BaseSeconds / float64(o.Workers)
 
@@ -288,7 +402,16 @@ func Bench(ctx context.Context, o BenchOptions) (*BenchResult, error) {
 	if ourSum != duckSum {
 		return nil, fmt.Errorf("scan bench: sums differ: ffkit %d, DuckDB %d", ourSum, duckSum)
 	}
+	res.MaxRSSBytes = maxRSS()
 	return res, nil
+}
+
+func maxRSS() int64 {
+	var ru syscall.Rusage
+	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) != nil {
+		return 0
+	}
+	return ru.Maxrss << 10 // KiB on Linux
 }
 
 func cpuSeconds() float64 {

@@ -189,6 +189,7 @@ func (pf *File) flatWidth(col int) int {
 // no row is null. Both alias s's buffers: they stay valid until s is
 // reused. errDecline: the chunk is not for this decoder.
 func (pf *File) decodeFlat(rg, col int, s *flatScratch) (vals, valid []byte, nulls int, err error) {
+	defer faultPanics()()
 	defer func() {
 		if r := recover(); r != nil {
 			err = corruptf(pf.Path, fmt.Errorf("row group %d column %q: decoder panic: %v", rg, pf.Schema.Field(col).Name, r))
@@ -215,13 +216,12 @@ func (pf *File) decodeFlat(rg, col int, s *flatScratch) (vals, valid []byte, nul
 		return corruptf(pf.Path, fmt.Errorf("row group %d column %q: %s", rg, name, fmt.Sprintf(format, a...)))
 	}
 	start, end := chunkRange(cc)
-	s.raw = grow(s.raw, int(end-start))
-	if _, err := pf.f.ReadAt(s.raw, start); err != nil {
-		return nil, nil, 0, corruptf(pf.Path, fmt.Errorf("row group %d column %q: read %d bytes at %d: %w", rg, name, end-start, start, err))
+	chunk, err := pf.chunkBytes(start, end, &s.raw)
+	if err != nil {
+		return nil, nil, 0, corruptf(pf.Path, fmt.Errorf("row group %d column %q: %w", rg, name, err))
 	}
-	pf.bytesRead.Add(end - start)
 	rows := int(pf.RowGroupRows(rg))
-	raw := s.raw
+	raw := chunk
 	pos := 0 // rows decoded
 	var proto thrift.CompactProtocol
 	haveDict := false
@@ -230,7 +230,7 @@ func (pf *File) decodeFlat(rg, col int, s *flatScratch) (vals, valid []byte, nul
 		var h format.PageHeader
 		pr := proto.NewReaderFromBytes(raw)
 		if err := thrift.NewDecoder(pr).Decode(&h); err != nil {
-			return nil, nil, 0, bad("page header at byte %d: %v", len(s.raw)-len(raw), err)
+			return nil, nil, 0, bad("page header at byte %d: %v", len(chunk)-len(raw), err)
 		}
 		raw = raw[pr.BytesRead():]
 		if h.CompressedPageSize < 0 || int(h.CompressedPageSize) > len(raw) {
@@ -506,12 +506,7 @@ func (q *query) readFlat(u unit) (rec arrow.RecordBatch, handled bool, err error
 			return nil, false, nil
 		}
 	}
-	type decoded struct {
-		s           *flatScratch
-		vals, valid []byte
-		nulls       int
-	}
-	decs := make([]decoded, len(fcols))
+	decs := make([]flatCol, len(fcols))
 	defer func() {
 		for _, d := range decs {
 			if d.s != nil {
@@ -527,10 +522,29 @@ func (q *query) readFlat(u unit) (rec arrow.RecordBatch, handled bool, err error
 		return err
 	}
 	n := int(f.RowGroupRows(u.rg))
+	if len(q.filterPos) == 1 {
+		p := q.filterPos[0]
+		dt := f.Schema.Field(fcols[p]).Type
+		if cf, ok := q.simpleCmp(dt); ok {
+			if err := decode(p); err != nil {
+				if err == errDecline {
+					return nil, false, nil
+				}
+				return nil, true, err
+			}
+			if decs[p].nulls == 0 {
+				d := decs[p].s
+				d.sel = selectFlat(d.sel, cf, dt, decs[p].vals)
+				return q.gatherFlat(u, fcols, widths, decs, d.sel)
+			}
+		}
+	}
 	fields := make([]arrow.Field, len(q.filterPos))
 	arrs := make([]arrow.Array, len(q.filterPos))
 	for k, p := range q.filterPos {
-		if err := decode(p); err != nil {
+		if decs[p].s != nil {
+			// decoded above
+		} else if err := decode(p); err != nil {
 			for _, a := range arrs[:k] {
 				a.Release()
 			}
@@ -563,12 +577,28 @@ func (q *query) readFlat(u unit) (rec arrow.RecordBatch, handled bool, err error
 			}
 		}
 	}
-	sel := s0.sel
+	return q.gatherFlat(u, fcols, widths, decs, s0.sel)
+}
+
+// flatCol is one column decoded by the flat decoder.
+type flatCol struct {
+	s           *flatScratch
+	vals, valid []byte
+	nulls       int
+}
+
+// gatherFlat decodes the columns not yet decoded and copies rows sel of
+// every column out into a batch.
+func (q *query) gatherFlat(u unit, fcols, widths []int, decs []flatCol, sel []int32) (arrow.RecordBatch, bool, error) {
 	if len(sel) == 0 {
 		return nil, true, nil
 	}
+	f := u.file
 	for _, p := range q.otherPos {
-		if err := decode(p); err != nil {
+		d := &decs[p]
+		d.s = getScratch()
+		var err error
+		if d.vals, d.valid, d.nulls, err = f.decodeFlat(u.rg, fcols[p], d.s); err != nil {
 			if err == errDecline {
 				return nil, false, nil
 			}
@@ -580,9 +610,116 @@ func (q *query) readFlat(u unit) (rec arrow.RecordBatch, handled bool, err error
 		d := decs[p]
 		cols[p] = gatherArray(f.Schema.Field(c).Type, widths[p], d.vals, d.valid, d.nulls, sel)
 	}
-	rec = array.NewRecordBatch(q.schemaFor(cols), cols, int64(len(sel)))
+	rec := array.NewRecordBatch(q.schemaFor(cols), cols, int64(len(sel)))
 	for _, c := range cols {
 		c.Release()
 	}
 	return rec, true, nil
+}
+
+// cmpFilter is a filter of the form `column op constant` (either side),
+// which the flat path evaluates straight into a selection.
+type cmpFilter struct {
+	op string
+	v  expr.Value
+}
+
+var flipCmp = map[string]string{"=": "=", "!=": "!=", "<": ">", "<=": ">=", ">": "<", ">=": "<="}
+
+// simpleCmp recognises q's filter as `col op literal` on a column of type
+// dt with a literal of the column's own kind (so that the comparison is
+// exactly the one expr makes).
+func (q *query) simpleCmp(dt arrow.DataType) (cmpFilter, bool) {
+	b, ok := q.whereNode.(*expr.Binary)
+	if !ok || flipCmp[b.Op] == "" {
+		return cmpFilter{}, false
+	}
+	op := b.Op
+	lit, ok := b.R.(*expr.Lit)
+	if _, isCol := b.L.(*expr.Col); !isCol || !ok {
+		lit, ok = b.L.(*expr.Lit)
+		if _, isCol := b.R.(*expr.Col); !isCol || !ok {
+			return cmpFilter{}, false
+		}
+		op = flipCmp[op]
+	}
+	v := lit.V
+	switch dt.ID() {
+	case arrow.FLOAT64:
+		if v.T == expr.TFloat {
+			return cmpFilter{op, v}, true
+		}
+	case arrow.INT64:
+		if v.T == expr.TInt {
+			return cmpFilter{op, v}, true
+		}
+	case arrow.INT32:
+		if v.T == expr.TInt && v.I == int64(int32(v.I)) {
+			return cmpFilter{op, v}, true
+		}
+	case arrow.DATE32:
+		if v.T == expr.TDate && v.I == int64(int32(v.I)) {
+			return cmpFilter{op, v}, true
+		}
+	}
+	return cmpFilter{}, false
+}
+
+// selectCmp appends to sel the rows of x for which x[i] op c holds.
+func selectCmp[T int32 | int64 | float64](sel []int32, op string, x []T, c T) []int32 {
+	sel = sel[:0]
+	switch op {
+	case "=":
+		for i, v := range x {
+			if v == c {
+				sel = append(sel, int32(i))
+			}
+		}
+	case "!=":
+		for i, v := range x {
+			if v != c {
+				sel = append(sel, int32(i))
+			}
+		}
+	case "<":
+		for i, v := range x {
+			if v < c {
+				sel = append(sel, int32(i))
+			}
+		}
+	case "<=":
+		for i, v := range x {
+			if v <= c {
+				sel = append(sel, int32(i))
+			}
+		}
+	case ">":
+		for i, v := range x {
+			if v > c {
+				sel = append(sel, int32(i))
+			}
+		}
+	case ">=":
+		for i, v := range x {
+			if v >= c {
+				sel = append(sel, int32(i))
+			}
+		}
+	}
+	return sel
+}
+
+// selectFlat evaluates a cmpFilter on decoded values without nulls.
+func selectFlat(sel []int32, f cmpFilter, dt arrow.DataType, vals []byte) []int32 {
+	switch dt.ID() {
+	case arrow.FLOAT64:
+		x := unsafe.Slice((*float64)(unsafe.Pointer(unsafe.SliceData(vals))), len(vals)/8)
+		return selectCmp(sel, f.op, x, f.v.F)
+	case arrow.INT64:
+		x := unsafe.Slice((*int64)(unsafe.Pointer(unsafe.SliceData(vals))), len(vals)/8)
+		return selectCmp(sel, f.op, x, f.v.I)
+	default: // int32, date32
+		x := unsafe.Slice((*int32)(unsafe.Pointer(unsafe.SliceData(vals))), len(vals)/4)
+		return selectCmp(sel, f.op, x, int32(f.v.I))
+	}
 }

@@ -76,6 +76,9 @@ type File struct {
 	pgErr  error
 	spans  *sharedSpans
 
+	mapOnce sync.Once
+	mapping []byte // the file, memory-mapped (local files; see mmap.go)
+
 	decMu    sync.Mutex
 	decoders map[string][]*decoder // idle decoders by dictionary setting; guarded by decMu
 }
@@ -251,7 +254,10 @@ func OpenFile(ctx context.Context, path string, bytesRead *atomic.Int64) (pf *Fi
 }
 
 // Close closes the file.
-func (pf *File) Close() error { return pf.f.Close() }
+func (pf *File) Close() error {
+	pf.unmap()
+	return pf.f.Close()
+}
 
 // NumRowGroups is the number of row groups.
 func (pf *File) NumRowGroups() int { return pf.meta.NumRowGroups() }
