@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"sync/atomic"
 	"syscall"
@@ -41,9 +42,15 @@ type BenchOptions struct {
 	// repartitions the big input (ffkit's own buffers are bounded by its
 	// row-group byte caps). Default "2GB".
 	MemoryLimit string
+	// Only, if set, limits the measurements to these: filter, pruned,
+	// groupby, repartition, memory.
+	Only []string
 	// Log, if set, receives progress lines.
 	Log func(format string, args ...any)
 }
+
+// BenchQueries are the names BenchOptions.Only accepts.
+var BenchQueries = []string{"filter", "pruned", "groupby", "repartition", "memory"}
 
 // BenchRow is one measurement: ffkit's median time next to the baseline's
 // from the same run. Ratio is baseline time / ffkit time (above 1: ffkit
@@ -80,6 +87,10 @@ type BenchResult struct {
 	// Repartition throughput, uncompressed input MiB per second per core.
 	RepartitionMiBsPerCore       float64 `json:"repartition_mib_s_per_core"`
 	DuckDBRepartitionMiBsPerCore float64 `json:"duckdb_repartition_mib_s_per_core"`
+	// The same per CPU second the process used (user+system): what a core
+	// does when it is not shared with other work.
+	RepartitionMiBsPerCPUSecond       float64 `json:"repartition_mib_per_cpu_second"`
+	DuckDBRepartitionMiBsPerCPUSecond float64 `json:"duckdb_repartition_mib_per_cpu_second"`
 	// The repartition's input: uncompressed and file bytes, rows.
 	RepartitionInputBytes int64 `json:"repartition_input_uncompressed_bytes"`
 	RepartitionFileBytes  int64 `json:"repartition_input_file_bytes"`
@@ -246,119 +257,58 @@ func Bench(ctx context.Context, o BenchOptions) (*BenchResult, error) {
 		res.Results = append(res.Results, row)
 		return nil
 	}
-	measure := func(row BenchRow, ffkit, base func() (int64, error)) error {
-		return measureN(row, o.Runs, true, ffkit, base)
+	want := func(q string) bool { return len(o.Only) == 0 || slices.Contains(o.Only, q) }
+	skip := func(q string) func(BenchRow, func() (int64, error), func() (int64, error)) error {
+		if want(q) {
+			return func(row BenchRow, ffkit, base func() (int64, error)) error {
+				return measureN(row, o.Runs, true, ffkit, base)
+			}
+		}
+		return func(BenchRow, func() (int64, error), func() (int64, error)) error { return nil }
+	}
+	for _, q := range o.Only {
+		if !slices.Contains(BenchQueries, q) {
+			return nil, fmt.Errorf("%w: no benchmark query %q (have %v)", ErrUsage, q, BenchQueries)
+		}
 	}
 	src := fmt.Sprintf("read_parquet('%s')", in)
 	out := func(n string) string { return filepath.Join(dir, n) }
 
 	// 1. selective filter + projection, written to Parquet
-	if err := measure(BenchRow{Name: "filter+project", What: "key, value WHERE value > 0.99 -> parquet", Baseline: "duckdb", Goal: 1},
+	if err := skip("filter")(BenchRow{Name: "filter+project", What: "key, value WHERE value > 0.99 -> parquet", Baseline: "duckdb", Goal: 1},
 		ours(Job{Where: "value > 0.99", Columns: "key, value", Output: out("q1.parquet")}),
 		duckCopy("SELECT key, value FROM "+src+" WHERE value > 0.99", out("q1-duck.parquet"), "")); err != nil {
 		return nil, err
 	}
 	// 2. a filter on a clustered column: row groups pruned by statistics
-	if err := measure(BenchRow{Name: "filter, pruned row groups", What: "key, day WHERE day >= '2020-12-01' -> parquet", Baseline: "duckdb", Goal: 1},
+	if err := skip("pruned")(BenchRow{Name: "filter, pruned row groups", What: "key, day WHERE day >= '2020-12-01' -> parquet", Baseline: "duckdb", Goal: 1},
 		ours(Job{Where: "day >= DATE '2020-12-01'", Columns: "key, day", Output: out("q2.parquet")}),
 		duckCopy("SELECT key, day FROM "+src+" WHERE day >= DATE '2020-12-01'", out("q2-duck.parquet"), "")); err != nil {
 		return nil, err
 	}
 	// 3. group-by aggregates, low and high cardinality
-	if err := measure(BenchRow{Name: "group-by 16 groups", What: "category: count, sum, mean, min, max", Baseline: "duckdb", Goal: 0.5},
+	if err := skip("groupby")(BenchRow{Name: "group-by 16 groups", What: "category: count, sum, mean, min, max", Baseline: "duckdb", Goal: 0.5},
 		ours(Job{GroupBy: []string{"category"}, Aggs: "count(*), sum(key), mean(value), min(value), max(value)", Output: out("q3.parquet")}),
 		duckCopy("SELECT category, count(*), sum(key), avg(value), min(value), max(value) FROM "+src+" GROUP BY category", out("q3-duck.parquet"), "")); err != nil {
 		return nil, err
 	}
-	if err := measure(BenchRow{Name: "group-by 100k groups", What: "user_id: count, sum, mean", Baseline: "duckdb", Goal: 0.5},
+	if err := skip("groupby")(BenchRow{Name: "group-by 100k groups", What: "user_id: count, sum, mean", Baseline: "duckdb", Goal: 0.5},
 		ours(Job{GroupBy: []string{"user_id"}, Aggs: "count(*), sum(key), mean(value)", Output: out("q4.parquet")}),
 		duckCopy("SELECT user_id, count(*), sum(key), avg(value) FROM "+src+" GROUP BY user_id", out("q4-duck.parquet"), "")); err != nil {
 		return nil, err
 	}
 	// 4. hash repartition into N parquet partitions
-	n := o.Partitions
-	rin, rsrc, rbytes, rruns, rwarm := in, src, res.UncompressedSize, o.Runs, true
-	res.RepartitionRows, res.RepartitionFileBytes = res.Rows, res.FileBytes
-	if o.RepartitionBytes > 0 {
-		rruns, rwarm = max(o.RepartitionRuns, 1), false
-		if o.MemoryLimit == "" {
-			o.MemoryLimit = "2GB"
-		}
-		// the same columns, as many rows as make RepartitionBytes
-		rows := int64(float64(o.RepartitionBytes) / (float64(res.UncompressedSize) / float64(res.Rows)))
-		rin = filepath.Join(dir, fmt.Sprintf("repartition-%d.parquet", rows))
-		rsrc = fmt.Sprintf("read_parquet('%s')", rin)
-		for _, q := range []string{fmt.Sprintf("SET memory_limit='%s'", o.MemoryLimit),
-			fmt.Sprintf("SET temp_directory='%s'", filepath.Join(dir, "duckdb-tmp"))} {
-			if _, err := db.ExecContext(ctx, q); err != nil {
-				return nil, err
-			}
-		}
-		if _, err := os.Stat(rin); err != nil {
-			logf("generating %d rows (~%.1f GiB uncompressed) with DuckDB into %s", rows, float64(o.RepartitionBytes)/(1<<30), rin)
-			gen := fmt.Sprintf(`COPY (SELECT i AS key, hash(i) / 18446744073709551615.0 AS value,
-				'category_' || (i %% 16)::VARCHAR AS category,
-				(DATE '2020-01-01' + (i * 365 // %d)::INTEGER) AS day,
-				(i %% 100000)::INTEGER AS user_id
-				FROM range(%d) t(i)) TO '%s' (FORMAT parquet, COMPRESSION zstd, ROW_GROUP_SIZE 122880)`, rows, rows, rin+".tmp")
-			if _, err := db.ExecContext(ctx, gen); err != nil {
-				return nil, fmt.Errorf("generate: %w", err)
-			}
-			if err := os.Rename(rin+".tmp", rin); err != nil {
-				return nil, err
-			}
-		}
-		rf, err := OpenFile(ctx, rin, nil)
-		if err != nil {
+	if want("repartition") {
+		if err := benchRepartition(ctx, db, o, res, in, src, dir, ours, measureN, &lastSum, logf); err != nil {
 			return nil, err
 		}
-		rbytes = 0
-		for rg := 0; rg < rf.NumRowGroups(); rg++ {
-			rbytes += rf.meta.RowGroup(rg).TotalByteSize()
-		}
-		res.RepartitionRows, res.RepartitionFileBytes = rf.Rows, rf.Size
-		rf.Close()
-		logf("repartition input: %d rows, %.2f GiB uncompressed, %.2f GiB parquet", res.RepartitionRows, float64(rbytes)/(1<<30), float64(res.RepartitionFileBytes)/(1<<30))
 	}
-	res.RepartitionInputBytes = rbytes
-	oursOn := func(j Job) func() (int64, error) {
-		f := ours(j)
-		return func() (int64, error) {
-			if rin == in {
-				return f()
-			}
-			os.RemoveAll(j.Output)
-			j.Inputs, j.Workers = []string{rin}, o.Workers
-			s, err := Run(ctx, j)
-			if err != nil {
-				return 0, err
-			}
-			lastSum = s
-			return s.RowsOut, nil
-		}
-	}
-	if err := measureN(BenchRow{Name: fmt.Sprintf("hash repartition x%d", n), What: fmt.Sprintf("all columns by hash(key) -> N parquet partitions (%d rows)", res.RepartitionRows), Baseline: "duckdb"},
-		rruns, rwarm,
-		oursOn(Job{PartitionBy: "hash:key", Partitions: n, Output: out("q5")}),
-		duckCopy(fmt.Sprintf("SELECT *, hash(key) %% %d AS p FROM %s", n, rsrc), out("q5-duck"), ", PARTITION_BY (p)")); err != nil {
-		return nil, err
-	}
-	if rin != in {
-		// the multi-GiB outputs go; the input stays for a rerun with the same --dir
-		os.RemoveAll(out("q5"))
-		os.RemoveAll(out("q5-duck"))
-		os.RemoveAll(filepath.Join(dir, "duckdb-tmp"))
-	}
-	last := res.Results[len(res.Results)-1]
-	mib := float64(rbytes) / (1 << 20)
-	res.RepartitionMiBsPerCore = mib / last.FFkitSeconds / float64(o.Workers)
-	res.DuckDBRepartitionMiBsPerCore = mib / last.BaseSeconds / float64(o.Workers)
 
 	// 5. the raw scan path: ffkit's reader (Arrow batches) vs parquet-go's
 	// page-level reader (typed slices), both filtering value > 0.99 and
 	// summing key, with the same worker count
 	var ourSum, pgSum int64
-	if err := measure(BenchRow{Name: "scan to memory", What: "count, sum(key) WHERE value > 0.99 (ffkit reader vs parquet-go pages)", Baseline: "parquet-go"},
+	if err := skip("memory")(BenchRow{Name: "scan to memory", What: "count, sum(key) WHERE value > 0.99 (ffkit reader vs parquet-go pages)", Baseline: "parquet-go"},
 		func() (int64, error) {
 			var rows atomic.Int64
 			ourSum = 0
@@ -382,7 +332,7 @@ func Bench(ctx context.Context, o BenchOptions) (*BenchResult, error) {
 		return nil, fmt.Errorf("scan bench: checksums differ: ffkit %d, parquet-go %d", ourSum, pgSum)
 	}
 	var duckSum int64
-	if err := measure(BenchRow{Name: "scan to memory (duckdb)", What: "sum(key) WHERE value > 0.99 into memory", Baseline: "duckdb"},
+	if err := skip("memory")(BenchRow{Name: "scan to memory (duckdb)", What: "sum(key) WHERE value > 0.99 into memory", Baseline: "duckdb"},
 		func() (int64, error) {
 			ourSum = 0
 			_, err := Scan(ctx, []string{in}, ScanOptions{Columns: "key", Where: "value > 0.99", Workers: o.Workers}, func(r arrow.RecordBatch) error {
@@ -504,4 +454,100 @@ func readInt64s(c pq.ColumnChunk) ([]int64, error) {
 		out = append(out, d.Int64()...)
 		pq.Release(p)
 	}
+}
+
+// benchRepartition times the hash repartition (on the main data, or on a
+// separate input of o.RepartitionBytes) and fills res's repartition figures.
+func benchRepartition(ctx context.Context, db *sql.DB, o BenchOptions, res *BenchResult, in, src, dir string,
+	ours func(Job) func() (int64, error), measureN func(BenchRow, int, bool, func() (int64, error), func() (int64, error)) error,
+	lastSum **Summary, logf func(string, ...any)) error {
+	out := func(n string) string { return filepath.Join(dir, n) }
+	duckCopy := func(q, out string, extra string) func() (int64, error) {
+		return func() (int64, error) {
+			os.RemoveAll(out)
+			var n int64
+			err := db.QueryRowContext(ctx, fmt.Sprintf("COPY (%s) TO '%s' (FORMAT parquet, COMPRESSION zstd%s)", q, out, extra)).Scan(&n)
+			return n, err
+		}
+	}
+	n := o.Partitions
+	rin, rsrc, rbytes, rruns, rwarm := in, src, res.UncompressedSize, o.Runs, true
+	res.RepartitionRows, res.RepartitionFileBytes = res.Rows, res.FileBytes
+	if o.RepartitionBytes > 0 {
+		rruns, rwarm = max(o.RepartitionRuns, 1), false
+		if o.MemoryLimit == "" {
+			o.MemoryLimit = "2GB"
+		}
+		// the same columns, as many rows as make RepartitionBytes
+		rows := int64(float64(o.RepartitionBytes) / (float64(res.UncompressedSize) / float64(res.Rows)))
+		rin = filepath.Join(dir, fmt.Sprintf("repartition-%d.parquet", rows))
+		rsrc = fmt.Sprintf("read_parquet('%s')", rin)
+		for _, q := range []string{fmt.Sprintf("SET memory_limit='%s'", o.MemoryLimit),
+			fmt.Sprintf("SET temp_directory='%s'", filepath.Join(dir, "duckdb-tmp"))} {
+			if _, err := db.ExecContext(ctx, q); err != nil {
+				return err
+			}
+		}
+		if _, err := os.Stat(rin); err != nil {
+			logf("generating %d rows (~%.1f GiB uncompressed) with DuckDB into %s", rows, float64(o.RepartitionBytes)/(1<<30), rin)
+			gen := fmt.Sprintf(`COPY (SELECT i AS key, hash(i) / 18446744073709551615.0 AS value,
+				'category_' || (i %% 16)::VARCHAR AS category,
+				(DATE '2020-01-01' + (i * 365 // %d)::INTEGER) AS day,
+				(i %% 100000)::INTEGER AS user_id
+				FROM range(%d) t(i)) TO '%s' (FORMAT parquet, COMPRESSION zstd, ROW_GROUP_SIZE 122880)`, rows, rows, rin+".tmp")
+			if _, err := db.ExecContext(ctx, gen); err != nil {
+				return fmt.Errorf("generate: %w", err)
+			}
+			if err := os.Rename(rin+".tmp", rin); err != nil {
+				return err
+			}
+		}
+		rf, err := OpenFile(ctx, rin, nil)
+		if err != nil {
+			return err
+		}
+		rbytes = 0
+		for rg := 0; rg < rf.NumRowGroups(); rg++ {
+			rbytes += rf.meta.RowGroup(rg).TotalByteSize()
+		}
+		res.RepartitionRows, res.RepartitionFileBytes = rf.Rows, rf.Size
+		rf.Close()
+		logf("repartition input: %d rows, %.2f GiB uncompressed, %.2f GiB parquet", res.RepartitionRows, float64(rbytes)/(1<<30), float64(res.RepartitionFileBytes)/(1<<30))
+	}
+	res.RepartitionInputBytes = rbytes
+	oursOn := func(j Job) func() (int64, error) {
+		f := ours(j)
+		return func() (int64, error) {
+			if rin == in {
+				return f()
+			}
+			os.RemoveAll(j.Output)
+			j.Inputs, j.Workers = []string{rin}, o.Workers
+			s, err := Run(ctx, j)
+			if err != nil {
+				return 0, err
+			}
+			*lastSum = s
+			return s.RowsOut, nil
+		}
+	}
+	if err := measureN(BenchRow{Name: fmt.Sprintf("hash repartition x%d", n), What: fmt.Sprintf("all columns by hash(key) -> N parquet partitions (%d rows)", res.RepartitionRows), Baseline: "duckdb"},
+		rruns, rwarm,
+		oursOn(Job{PartitionBy: "hash:key", Partitions: n, Output: out("q5")}),
+		duckCopy(fmt.Sprintf("SELECT *, hash(key) %% %d AS p FROM %s", n, rsrc), out("q5-duck"), ", PARTITION_BY (p)")); err != nil {
+		return err
+	}
+	if rin != in {
+		// the multi-GiB outputs go; the input stays for a rerun with the same --dir
+		os.RemoveAll(out("q5"))
+		os.RemoveAll(out("q5-duck"))
+		os.RemoveAll(filepath.Join(dir, "duckdb-tmp"))
+	}
+	last := res.Results[len(res.Results)-1]
+	mib := float64(rbytes) / (1 << 20)
+	res.RepartitionMiBsPerCore = mib / last.FFkitSeconds / float64(o.Workers)
+	res.DuckDBRepartitionMiBsPerCore = mib / last.BaseSeconds / float64(o.Workers)
+	res.RepartitionMiBsPerCPUSecond = mib / last.FFkitCPU
+	res.DuckDBRepartitionMiBsPerCPUSecond = mib / last.BaseCPU
+	return nil
 }

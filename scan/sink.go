@@ -137,6 +137,16 @@ type fileSink struct {
 	wrote bool
 }
 
+// DeltaIntegers writes int32, int64 and date32 columns DELTA_BINARY_PACKED
+// (then zstd), as Spark and parquet-mr do with v2 pages. On sorted or
+// clustered integers (ids, keys, dates, counters) the deltas pack into a
+// few bits, which zstd then has little left to do: on the benchmark's
+// sequential keys, klauspost's zstd alone encodes plain int64 at ~100 MB/s
+// (many short matches), the delta pages many times faster, at the same
+// size. On random integers the packed deltas are about as large as plain
+// values. DuckDB, pyarrow, Spark and parquet-go read it.
+var DeltaIntegers = true
+
 func (s *fileSink) openParquet(o sinkOptions) error {
 	rg := o.rowGroupRows
 	if rg <= 0 {
@@ -157,6 +167,10 @@ func (s *fileSink) openParquet(o sinkOptions) error {
 		switch f.Type.ID() {
 		case arrow.STRING, arrow.LARGE_STRING, arrow.BINARY, arrow.LARGE_BINARY, arrow.DICTIONARY:
 			opts = append(opts, parquet.WithDictionaryFor(f.Name, true))
+		case arrow.INT32, arrow.INT64, arrow.DATE32:
+			if DeltaIntegers {
+				opts = append(opts, parquet.WithEncodingFor(f.Name, parquet.Encodings.DeltaBinaryPacked))
+			}
 		}
 	}
 	pw, err := pqarrow.NewFileWriter(o.schema, writeOnly{s.w}, parquet.NewWriterProperties(opts...),

@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"strings"
 
 	"github.com/spf13/cobra"
 
@@ -68,9 +69,12 @@ alternates between runs.`,
 				}
 				fmt.Fprintf(w, "%-28s %8.3f %12s %8.3f %6.2fx %8.3f %8.3f %6.2fx %6s\n", r.Name, r.FFkitSeconds, r.Baseline, r.BaseSeconds, r.Ratio, r.FFkitCPU, r.BaseCPU, r.CPURatio, goal)
 			}
-			fmt.Fprintf(w, "hash repartition of %.2f GiB uncompressed (%d rows, %.2f GiB parquet): ffkit %.1f MiB/s per core, DuckDB %.1f MiB/s per core, SmallPond GraySort %.1f MiB/s per core (110.5 TiB / 30m14s / 9600 cores)\n",
-				float64(res.RepartitionInputBytes)/(1<<30), res.RepartitionRows, float64(res.RepartitionFileBytes)/(1<<30),
-				res.RepartitionMiBsPerCore, res.DuckDBRepartitionMiBsPerCore, res.GraySortMiBsPerCore)
+			if res.RepartitionInputBytes > 0 {
+				fmt.Fprintf(w, "hash repartition of %.2f GiB uncompressed (%d rows, %.2f GiB parquet): ffkit %.1f MiB/s per core, DuckDB %.1f MiB/s per core, SmallPond GraySort %.1f MiB/s per core (110.5 TiB / 30m14s / 9600 cores)\n",
+					float64(res.RepartitionInputBytes)/(1<<30), res.RepartitionRows, float64(res.RepartitionFileBytes)/(1<<30),
+					res.RepartitionMiBsPerCore, res.DuckDBRepartitionMiBsPerCore, res.GraySortMiBsPerCore)
+				fmt.Fprintf(w, "  per CPU second used (user+system): ffkit %.1f MiB, DuckDB %.1f MiB\n", res.RepartitionMiBsPerCPUSecond, res.DuckDBRepartitionMiBsPerCPUSecond)
+			}
 			fmt.Fprintf(w, "peak RSS of the process (both engines): %.0f MiB\n", float64(res.MaxRSSBytes)/(1<<20))
 			return nil
 		},
@@ -82,6 +86,7 @@ alternates between runs.`,
 	f.IntVar(&o.Runs, "runs", 3, "runs per measurement (median reported)")
 	f.IntVar(&o.Partitions, "partitions", 16, "partitions of the hash repartition")
 	f.StringVar(&repSize, "repartition-size", "", "time the hash repartition on a separate generated input of this uncompressed size (e.g. 4G; default: the --rows data)")
+	f.StringSliceVar(&o.Only, "only", nil, "run only these measurements: "+strings.Join(scan.BenchQueries, ", "))
 	f.IntVar(&o.RepartitionRuns, "repartition-runs", 1, "runs per engine of the --repartition-size repartition")
 	f.StringVar(&o.MemoryLimit, "duckdb-memory", "2GB", "DuckDB memory_limit for the --repartition-size input")
 	return c
