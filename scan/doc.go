@@ -16,7 +16,13 @@
 // index does not rule them out. They read the filter's columns first and
 // the other projected columns only for row groups where some row passes;
 // a string filter column is decoded as a dictionary and the filter runs once
-// per distinct value. Row groups are decoded in parallel (Workers) and
+// per distinct value. When every column a filtered scan reads is flat and
+// fixed-width, the flat decoder (flat.go) takes the row group: each chunk is
+// a slice of the memory-mapped local file (mmap.go; a pread into a reused
+// buffer otherwise), each page is decompressed into a reused buffer with a
+// pooled zstd decoder, the filter runs on views of those buffers (a `col op
+// constant` filter selects rows straight from the values), and only the
+// kept rows of each column are copied into the output batch. Row groups are decoded in parallel (Workers) and
 // handed on in input order. For remote files (and local ones with CoalesceLocal) a row group's
 // column chunks are fetched first with reads merged across holes up to
 // CoalesceGap, all issued in one fs.ReadBatch, so the storage runs them in
@@ -42,7 +48,8 @@
 //	     table input (and input2, the second input hash-partitioned the
 //	     same way, for a partition-wise join), with a per-task memory limit
 //	  -> write Parquet (zstd level 3, 122,880-row row groups, dictionaries
-//	     for strings, statistics and page index, the Arrow schema stored),
+//	     for strings, DELTA_BINARY_PACKED integers and dates, statistics
+//	     and page index, the Arrow schema stored),
 //	     FFRecord (one sample per row from a binary/string column), CSV,
 //	     JSON lines, or an Arrow IPC file.
 //
