@@ -97,7 +97,10 @@ func (s *flatScratch) decompress(codec compress.Compression, src []byte, size in
 		if len(src) != size {
 			return nil, fmt.Errorf("uncompressed page of %d bytes, header says %d", len(src), size)
 		}
-		return src, nil
+		// copied: src may be the file's mapping, which only decodeFlat
+		// reads under SetPanicOnFault
+		s.page = append(s.page[:0], src...)
+		return s.page, nil
 	case compress.Codecs.Zstd:
 		d, err := getZstd()
 		if err != nil {
@@ -192,6 +195,10 @@ func (pf *File) decodeFlat(rg, col int, s *flatScratch) (vals, valid []byte, nul
 	defer faultPanics()()
 	defer func() {
 		if r := recover(); r != nil {
+			if _, fault := r.(interface{ Addr() uintptr }); fault {
+				err = corruptf(pf.Path, fmt.Errorf("row group %d column %q: memory fault reading the mapped file (truncated during the scan?): %v", rg, pf.Schema.Field(col).Name, r))
+				return
+			}
 			err = corruptf(pf.Path, fmt.Errorf("row group %d column %q: decoder panic: %v", rg, pf.Schema.Field(col).Name, r))
 		}
 	}()
@@ -312,7 +319,8 @@ func (pf *File) decodeFlat(rg, col int, s *flatScratch) (vals, valid []byte, nul
 				}
 				data = p
 			} else {
-				data = body
+				s.page = append(s.page[:0], body...) // not a view of the mapping
+				data = s.page
 			}
 		}
 		if n < 0 || pos+n > rows {

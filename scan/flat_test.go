@@ -165,3 +165,30 @@ func TestFlatDecoderCorruptChunk(t *testing.T) {
 	}
 	t.Log(err)
 }
+
+// A local file truncated under the memory map while it is scanned faults;
+// the fault is an ErrCorrupt naming the file, not a crash.
+func TestFlatDecoderFileTruncatedUnderMap(t *testing.T) {
+	db := openDuck(t)
+	path := tmpPath(t, "shrinks.parquet")
+	mustExec(t, db, `COPY (SELECT i::BIGINT AS a, hash(i)::DOUBLE AS b FROM range(400000) t(i))
+		TO '%s' (FORMAT parquet, COMPRESSION zstd, ROW_GROUP_SIZE 100000)`, path)
+	pf, err := OpenFile(bg, path, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pf.Close()
+	if pf.mapped() == nil {
+		t.Skip("no memory map here")
+	}
+	if err := os.Truncate(path, 4096); err != nil {
+		t.Fatal(err)
+	}
+	s := getScratch()
+	defer putScratch(s)
+	_, _, _, err = pf.decodeFlat(pf.NumRowGroups()-1, 1, s)
+	if err == nil || !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), path) {
+		t.Fatalf("error %v does not name %s as corrupt", err, path)
+	}
+	t.Log(err)
+}
