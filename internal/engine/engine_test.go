@@ -319,23 +319,42 @@ func TestLoaderStreamSleepsUntilWoken(t *testing.T) {
 		s, q := next()
 		held = append(held, [2]uint32{uint32(s), q})
 	}
-	for deadline := time.Now().Add(30 * time.Second); atomic.LoadUint32(word(boardWaiting)) != 1; {
+	for deadline := time.Now().Add(30 * time.Second); atomic.LoadUint32(word(boardWaiting)) == 0; {
 		if time.Now().After(deadline) {
 			t.Fatal("the engine never waited for a slot")
 		}
 		time.Sleep(time.Millisecond)
 	}
-	for round := 0; round < 20; round++ {
-		// Release the oldest batch as Python does, then expect one more.
+	// Release the oldest batches one at a time as Python does: a release
+	// wakes the engine only if the waiting word names its lend number or
+	// an earlier one. After a wake-up the engine refills every released
+	// slot.
+	released := 0
+	for wakes := 0; wakes < 10; {
 		rel := held[0]
 		held = held[1:]
 		atomic.StoreUint32(word(int(rel[0])), rel[1])
-		if atomic.LoadUint32(word(boardWaiting)) != 0 {
-			atomic.AddUint32(word(boardWake), 1)
-			futexWake(word(boardWake))
+		released++
+		w := atomic.LoadUint32(word(boardWaiting))
+		if w == 0 || rel[1]-w >= 1<<31 {
+			if len(held) == 0 {
+				t.Fatalf("every batch released and the engine asked for no wake-up (waiting word %d)", w)
+			}
+			continue
 		}
-		s, q := next()
-		held = append(held, [2]uint32{uint32(s), q})
+		atomic.AddUint32(word(boardWake), 1)
+		futexWake(word(boardWake))
+		wakes++
+		for ; released > 0; released-- {
+			s, q := next()
+			held = append(held, [2]uint32{uint32(s), q})
+		}
+		for deadline := time.Now().Add(30 * time.Second); atomic.LoadUint32(word(boardWaiting)) == 0; {
+			if time.Now().After(deadline) {
+				t.Fatal("the engine did not wait for a slot again")
+			}
+			time.Sleep(time.Millisecond)
+		}
 	}
 	// Closing the loader while the producer sleeps ends it (no hang, no
 	// touching the unmapped ring afterwards).

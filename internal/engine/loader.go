@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -8,6 +9,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -49,13 +51,16 @@ type lentBatch struct {
 // waiting for a slot sleeps on. Slots follow the page.
 const (
 	ringBoard = 4096
-	// boardWaiting is the index of the word the producer sets to 1 while
-	// it waits for a slot (and back to 0 when it stops waiting).
+	// boardWaiting is the index of the word that is 0 unless the producer
+	// waits for a slot; then it is a lend number W: Python wakes the
+	// producer when it releases a batch lent as W or later, so the
+	// producer sleeps until about half the lent batches are back and then
+	// plans them in one go, instead of waking (and preempting Python) for
+	// every release.
 	boardWaiting = ringBoard/4 - 2
 	// boardWake is the index of the futex word the waiting producer sleeps
-	// on: whoever releases a slot while boardWaiting is 1 adds one to it
-	// and wakes it (Python with the futex system call, the engine with
-	// ringArena.notify).
+	// on: a release that wakes the producer adds one to it first (Python
+	// with the futex system call, the engine with ringArena.notify).
 	boardWake = ringBoard/4 - 1
 	// maxSlots is how many slots the board has words for.
 	maxSlots = boardWaiting
@@ -74,8 +79,33 @@ func (h *loaderHandle) lend(b *loader.Batch) (uint32, bool) {
 		return 0, false
 	}
 	h.nextSeq++
+	if h.nextSeq == 0 { // 0 means "not waiting" on the board
+		h.nextSeq = 1
+	}
 	h.held[b.Slot] = lentBatch{b: b, seq: h.nextSeq}
 	return h.nextSeq, true
+}
+
+// wakeAt is the lend number whose release (or a later one's) should wake
+// a producer that found no free slot: that of the median lent batch, so
+// that about half the lent slots are free when it wakes.
+func (h *loaderHandle) wakeAt() uint32 {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	var seqs [maxSlots]uint32
+	n := 0
+	for _, lb := range h.held {
+		seqs[n] = lb.seq
+		n++
+	}
+	if n == 0 { // only the engine can free a slot (notify wakes regardless)
+		return 1
+	}
+	// Lend numbers wrap around: order them oldest first by their distance
+	// past the newest one.
+	order := func(s uint32) uint32 { return s - h.nextSeq - 1 }
+	slices.SortFunc(seqs[:n], func(a, b uint32) int { return cmp.Compare(order(a), order(b)) })
+	return seqs[(n-1)/2]
 }
 
 // poll releases every lent batch whose release word Python has set.
@@ -156,7 +186,7 @@ func (a *ringArena) Alloc(ctx context.Context, size int64) ([]byte, int, error) 
 		// Announce the wait, then look once more: a release from now on
 		// either shows in this poll or changes the wake word before the
 		// futex compares it with v (and wakes the sleeper).
-		atomic.StoreUint32(a.waiting, 1)
+		atomic.StoreUint32(a.waiting, a.h.wakeAt())
 		v := atomic.LoadUint32(a.wake)
 		a.h.poll()
 		select {

@@ -315,12 +315,30 @@ class Loader:
                 return
             board[slot] = seq
             released.append(slot)
-            if board[waiting]:
+            # The engine, when it waits for a slot, names the lend number
+            # whose release should wake it (about half the lent slots).
+            w = board.item(waiting)
+            if w and (seq - w) & 0xFFFFFFFF < 0x80000000:
                 np.add(wake_word, 1, out=wake_word)  # wraps around silently
                 if waker is not None:
                     waker()
 
         return fin
+
+    @staticmethod
+    def _starving(board, waiting, wake_word, waker):
+        """The stream's hook before waiting with nothing received: an engine
+        that sleeps for a slot until more batches are back (when more than
+        hold are held) is woken now, so that it sends what it can. (Not a
+        bound method: the stream must not keep the Loader alive.)"""
+
+        def starving():
+            if board.item(waiting):
+                np.add(wake_word, 1, out=wake_word)
+                if waker is not None:
+                    waker()
+
+        return starving
 
     # -- iteration ---------------------------------------------------------
 
@@ -375,6 +393,7 @@ class Loader:
                 self._rewind(e)
             if self._sock is None:
                 self._sock = _engine.Pipe(e.connection())
+                self._sock.on_empty = Loader._starving(self._board, self._waiting, self._wake_word, self._waker)
                 self._sock.send({"op": "loader_stream", "handle": self._hid})
             rep = self._sock.recv()
         except errors.EngineError:
@@ -403,11 +422,12 @@ class Loader:
         h = rep.header
         if h.get("end"):
             return None
-        # A batch reply's body: slot, lend number, n, epoch, step, padded,
-        # state (epoch, cursor, step), n indices, n [start, end) pairs.
-        body = np.frombuffer(rep.body, dtype="<i8")
+        # A batch reply's body (an int64 array of its own): slot, lend
+        # number, n, epoch, step, padded, state (epoch, cursor, step), n
+        # indices, n [start, end) pairs.
+        body = rep.body
         slot, seq, n, epoch, step, padded, s_epoch, s_cursor, s_step = body[:_META].tolist()
-        indices = body[_META : _META + n].copy()
+        indices = body[_META : _META + n]
         pos = body[_META + n :].reshape(n, 2)
         mem = self._slot_type.from_buffer(self._ring, self._board_bytes + slot * self._slot_size)
         buf = np.frombuffer(mem, dtype=np.uint8)
