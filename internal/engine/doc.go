@@ -62,12 +62,16 @@
 // end) in the slot; so no JSON is encoded or decoded per batch. The slot is
 // lent to Python until Python writes the lend number into the slot's board
 // word (no request). The engine reads the board before each batch and
-// whenever the loader needs a slot and none is free. Finding none, it sets
-// the waiting word to 1, reads the board once more and sleeps on the wake
-// word (a futex, FUTEX_WAIT on shared memory); a release that sees waiting
-// set adds one to the wake word and wakes it (FUTEX_WAKE; Python calls the
-// system call through ctypes). The sleep is bounded (2 ms) so that a
-// wake-up lost to the unfenced store on the Python side costs at most
+// whenever the loader needs a slot and none is free. Finding none, it
+// writes into the waiting word the lend number W of the median lent batch,
+// reads the board once more and sleeps on the wake word (a futex,
+// FUTEX_WAIT on shared memory). Python's release of a batch lent as W or
+// later (wrapping uint32 order) adds one to the wake word and wakes it
+// (FUTEX_WAKE, the system call through ctypes); so does Python when it is
+// about to wait on an empty stream while the waiting word is set (it holds
+// more than hold batches). So the producer wakes once per several batches,
+// and then refills every released slot. The sleep is bounded (2 ms) so that
+// a wake-up lost to the unfenced store on the Python side costs at most
 // that; nothing depends on the other process staying alive. The open reply
 // names both words ("waiting_word", "wake_word": word indices on the
 // board).
