@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"math/rand"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -262,5 +263,69 @@ func TestUnmountBusy(t *testing.T) {
 	}
 	if fuse.IsMounted(mnt) {
 		t.Error("the busy mount is still in the namespace")
+	}
+}
+
+// TestReadAheadSequentialNotRandom: one descriptor read sequentially is
+// served by read-ahead with the right bytes; random reads through another
+// start no read-ahead (which would fetch whole windows for nothing).
+func TestReadAheadSequentialNotRandom(t *testing.T) {
+	src := t.TempDir()
+	const size = 256 << 20
+	data := fusetest.Pattern(7, 24<<20)
+	f, err := os.Create(filepath.Join(src, "big"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.Write(data); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Truncate(size); err != nil { // the rest is a hole: zeros
+		t.Fatal(err)
+	}
+	f.Close()
+	mnt, srv := mount(t, localfs.New(), src, fuse.Options{})
+
+	// Sequential, 128 KiB at a time, as fio's O_DIRECT job reads.
+	r, err := os.Open(filepath.Join(mnt, "big"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, 128<<10)
+	for off := 0; off < len(data); off += len(buf) {
+		if _, err := r.ReadAt(buf, int64(off)); err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(buf, data[off:off+len(buf)]) {
+			t.Fatalf("sequential read at %d: bytes differ from the file's", off)
+		}
+	}
+	r.Close()
+	st := srv.Stats()
+	if st.ReadAheadHits < int64(len(data)/len(buf))/2 {
+		t.Errorf("sequential reads: %d of %d served by read-ahead", st.ReadAheadHits, len(data)/len(buf))
+	}
+
+	// Random 4 KiB reads over the whole file.
+	r, err = os.Open(filepath.Join(mnt, "big"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	before := srv.Stats().ReadAheadBytes
+	rng := rand.New(rand.NewSource(1))
+	small := make([]byte, 4096)
+	for range 3000 {
+		off := rng.Int63n(size/4096) * 4096
+		if _, err := r.ReadAt(small, off); err != nil {
+			t.Fatal(err)
+		}
+		if off+4096 <= int64(len(data)) && !bytes.Equal(small, data[off:off+4096]) {
+			t.Fatalf("random read at %d: bytes differ from the file's", off)
+		}
+	}
+	// One window started by chance would be 16 MiB; allow one.
+	if got := srv.Stats().ReadAheadBytes - before; got > 16<<20 {
+		t.Errorf("3000 random 4 KiB reads made read-ahead fetch %d bytes", got)
 	}
 }

@@ -27,11 +27,24 @@ type readahead struct {
 	cancel context.CancelFunc
 
 	mu     sync.Mutex
-	next   int64              // end of the last read; guarded by mu
+	last   int64              // end of the last read; guarded by mu
 	streak int                // sequential reads in a row; guarded by mu
 	blocks map[int64]*raBlock // by block offset; guarded by mu
 	closed bool               // guarded by mu
+	// fetched counts the bytes read ahead, served those returned from
+	// the window. Guarded by mu.
+	fetched, served int64
 }
+
+// raStart is how many reads in a row must be sequential (each within a
+// block of the previous one's end) before read-ahead fetches: random reads
+// land that close by chance, but rarely 4 times in a row. Once less than
+// half of what was read ahead has been used (random reads inside a small
+// file, where most reads are "near"), raRestart reads in a row are needed.
+const (
+	raStart   = 4
+	raRestart = 64
+)
 
 // raBlock is one block of read-ahead. Its buffer is freed (its token
 // returned) when it is dropped from the window, fetched, and no reader is
@@ -43,6 +56,7 @@ type raBlock struct {
 	err  error         // set before done is closed
 
 	fetched bool // guarded by readahead.mu
+	used    bool // served a read; guarded by readahead.mu
 	dropped bool // guarded by readahead.mu
 	readers int  // readers copying out; guarded by readahead.mu
 }
@@ -71,22 +85,26 @@ func (ra *readahead) result(off int64, n int) (gofuse.ReadResult, bool) {
 	}
 	first := off / ra.bs * ra.bs
 	_, inWindow := ra.blocks[first]
-	// Near the stream's head: at most one block past it, or behind it
-	// inside the window (the kernel sends the pieces of a large request,
-	// and its own read-ahead, in parallel, so they arrive out of order).
-	near := off <= ra.next+ra.bs && off >= ra.next-ra.window
+	// Near the previous read: within a block of its end, either side
+	// (the kernel sends the pieces of a large request, and its own
+	// read-ahead, in parallel, so they arrive out of order).
+	near := off <= ra.last+ra.bs && off >= ra.last-ra.bs
+	ra.last = end
 	switch {
 	case near || inWindow:
 		ra.streak++
-		ra.next = max(ra.next, end)
 	default:
 		ra.streak = 0
-		ra.next = end
 		for _, b := range ra.blocks {
 			ra.dropLocked(b)
 		}
 	}
-	if ra.streak < 2 && !inWindow {
+	start := raStart
+	if ra.fetched > 2*ra.window && 2*ra.served < ra.fetched {
+		start = raRestart
+	}
+	fill := ra.streak >= start
+	if !fill && !inWindow {
 		ra.mu.Unlock()
 		return nil, false
 	}
@@ -98,7 +116,7 @@ func (ra *readahead) result(off int64, n int) (gofuse.ReadResult, bool) {
 		}
 	}
 	// Fill the window [first, off+window).
-	for o := first; o < off+ra.window && o < ra.size; o += ra.bs {
+	for o := first; fill && o < off+ra.window && o < ra.size; o += ra.bs {
 		if _, ok := ra.blocks[o]; ok {
 			continue
 		}
@@ -118,8 +136,10 @@ func (ra *readahead) result(off int64, n int) (gofuse.ReadResult, bool) {
 			return nil, false
 		}
 		b.readers++
+		b.used = true
 		need = append(need, b)
 	}
+	ra.served += int64(n)
 	ra.mu.Unlock()
 
 	r := &raResult{ra: ra, blocks: need, size: n}
@@ -207,6 +227,7 @@ func (ra *readahead) startLocked(off int64) bool {
 	buf := getBlock(int(ra.bs))[:n]
 	b := &raBlock{off: off, buf: buf, done: make(chan struct{})}
 	ra.blocks[off] = b
+	ra.fetched += n
 	ra.s.wg.Add(1)
 	go func() {
 		defer ra.s.wg.Done()
@@ -228,6 +249,9 @@ func (ra *readahead) startLocked(off int64) bool {
 func (ra *readahead) dropLocked(b *raBlock) {
 	if ra.blocks[b.off] == b {
 		delete(ra.blocks, b.off)
+		if !b.used && !ra.closed {
+			ra.s.stats.raWasted.Add(1)
+		}
 	}
 	b.dropped = true
 	ra.maybeFreeLocked(b)
