@@ -6,9 +6,6 @@ import (
 	"math"
 
 	"github.com/apache/arrow-go/v18/arrow"
-	"github.com/apache/arrow-go/v18/arrow/array"
-	"github.com/apache/arrow-go/v18/arrow/compute"
-	"github.com/apache/arrow-go/v18/arrow/memory"
 	"github.com/zeebo/xxh3"
 
 	"github.com/ffkit/ffkit/scan/expr"
@@ -129,16 +126,10 @@ func splitByHash(ctx context.Context, rec arrow.RecordBatch, keyPos []int, n int
 		idx[pos[p]] = int32(i)
 		pos[p]++
 	}
-	ib := array.NewInt32Builder(memory.DefaultAllocator)
-	ib.AppendValues(idx, nil)
-	indices := ib.NewArray()
-	ib.Release()
-	defer indices.Release()
-	d, err := compute.Take(ctx, *compute.DefaultTakeOptions(), compute.NewDatum(rec), compute.NewDatum(indices))
+	sorted, err := takeRows(ctx, rec, idx)
 	if err != nil {
 		return nil, fmt.Errorf("scan: hash partition: %w", err)
 	}
-	sorted := d.(*compute.RecordDatum).Value
 	defer sorted.Release()
 	out := make([]arrow.RecordBatch, n)
 	for p := 0; p < n; p++ {
