@@ -147,8 +147,8 @@ class Pipe:
         self._start = 0  # unread bytes are _buf[_start:_end]
         self._end = 0
         self._fds = []
-        # Called before receiving whenever no whole frame is buffered (the
-        # caller is about to wait for the peer).
+        # Called with the socket before receiving whenever no whole frame
+        # is buffered (the caller may be about to wait for the peer).
         self.on_empty = None
 
     def send(self, header, body=b""):
@@ -158,7 +158,7 @@ class Pipe:
         """Receives at least one more chunk, making room for a frame of
         `need` bytes starting at _start."""
         if self.on_empty is not None:
-            self.on_empty()
+            self.on_empty(self.sock)
         buf = self._buf
         if self._start + need > len(buf):
             n = self._end - self._start
