@@ -85,11 +85,11 @@ batch latency p50/p99. In the same run, a baseline reads random samples with
 one plain pread each, with the same number of reads in flight; the ratio is
 ffkit's samples/s over the baseline's. With --fio, fio's 4 KiB random-read
 IOPS (io_uring, iodepth 64) on the dataset's largest file is measured too.
-By default 4 batches are in flight, each with up to 64 reads in flight, and
-at most 64 reads are in flight in all (--max-in-flight): as many as the
-baseline's preads and fio's iodepth. A batch uses what the others leave
-while they plan, check checksums or drain their last reads, so the queue
-stays at 64 between batches.
+By default 4 batches are in flight with 16 reads each: 64 reads in flight,
+as many as the baseline's preads and fio's iodepth. --max-in-flight bounds
+the reads of all batches together instead, shared without dividing it (a
+batch uses what the others leave while they plan, check checksums or drain
+their last reads).
 
 Reads are made cold first: with --direct the page cache is bypassed (O_DIRECT);
 otherwise the dataset's files are evicted from the page cache before each
@@ -103,9 +103,9 @@ phase, and the cache state is printed next to the figures.`,
 	c.Flags().DurationVar(&f.duration, "duration", 10*time.Second, "measured time of each phase (ffkit, baseline, fio)")
 	c.Flags().DurationVar(&f.warmup, "warmup", 500*time.Millisecond, "warm-up before each phase, not measured")
 	c.Flags().BoolVar(&f.direct, "direct", false, "read with O_DIRECT (bypass the page cache)")
-	c.Flags().IntVar(&f.parallelism, "parallelism", 64, "reads in flight per batch, at most")
+	c.Flags().IntVar(&f.parallelism, "parallelism", 16, "reads in flight per batch, at most")
 	c.Flags().IntVar(&f.inflight, "batches-in-flight", 4, "batches read concurrently, as a loader prefetches")
-	c.Flags().IntVar(&f.maxInFlight, "max-in-flight", 64, "reads in flight in all batches together (0: --parallelism x --batches-in-flight); the baseline keeps as many preads in flight")
+	c.Flags().IntVar(&f.maxInFlight, "max-in-flight", 0, "reads in flight in all batches together, shared (0: --parallelism x --batches-in-flight); the baseline keeps as many preads in flight")
 	c.Flags().Int64Var(&f.mergeGap, "merge-gap", 0, "merge reads whose gap is at most this many bytes (0 = default, -1 = never)")
 	c.Flags().BoolVar(&f.noVerify, "no-verify", false, "skip the sample checksum checks")
 	c.Flags().BoolVar(&f.fio, "fio", false, "also measure fio 4 KiB random reads (io_uring, iodepth 64) on the largest file")
