@@ -63,9 +63,9 @@
 // lent to Python until Python writes the lend number into the slot's board
 // word (no request). The engine reads the board before each batch and
 // whenever the loader needs a slot and none is free. Finding none, it
-// writes into the waiting word the lend number W of the median lent batch,
-// reads the board once more and sleeps on the wake word (a futex,
-// FUTEX_WAIT on shared memory). Python's release of a batch lent as W or
+// writes into the waiting word the lend number W of the k-th oldest lent
+// batch (k = min(prefetch, half the lent batches)), reads the board once
+// more and sleeps on the wake word (a futex, FUTEX_WAIT on shared memory). Python's release of a batch lent as W or
 // later (wrapping uint32 order) adds one to the wake word and wakes it
 // (FUTEX_WAKE, the system call through ctypes); so does Python when it is
 // about to wait on an empty stream while the waiting word is set (it holds

@@ -34,6 +34,8 @@ type loaderHandle struct {
 
 	streams sync.WaitGroup // running loaderStream calls
 
+	prefetch int // the loader's Prefetch: batches read at once
+
 	mu      sync.Mutex        // guards held and nextSeq
 	held    map[int]lentBatch // batches lent to Python, by slot
 	nextSeq uint32
@@ -54,9 +56,9 @@ const (
 	// boardWaiting is the index of the word that is 0 unless the producer
 	// waits for a slot; then it is a lend number W: Python wakes the
 	// producer when it releases a batch lent as W or later, so the
-	// producer sleeps until about half the lent batches are back and then
-	// plans them in one go, instead of waking (and preempting Python) for
-	// every release.
+	// producer sleeps until several lent batches are back (see wakeAt)
+	// and then plans them in one go, instead of waking (and preempting
+	// Python) for every release.
 	boardWaiting = ringBoard/4 - 2
 	// boardWake is the index of the futex word the waiting producer sleeps
 	// on: a release that wakes the producer adds one to it first (Python
@@ -87,8 +89,10 @@ func (h *loaderHandle) lend(b *loader.Batch) (uint32, bool) {
 }
 
 // wakeAt is the lend number whose release (or a later one's) should wake
-// a producer that found no free slot: that of the median lent batch, so
-// that about half the lent slots are free when it wakes.
+// a producer that found no free slot: that of the k-th oldest lent batch,
+// k = min(prefetch, half the lent batches). On waking, the producer then
+// plans as many batches as the readers take at once, while Python still
+// has the other lent batches to work through.
 func (h *loaderHandle) wakeAt() uint32 {
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -105,7 +109,7 @@ func (h *loaderHandle) wakeAt() uint32 {
 	// past the newest one.
 	order := func(s uint32) uint32 { return s - h.nextSeq - 1 }
 	slices.SortFunc(seqs[:n], func(a, b uint32) int { return cmp.Compare(order(a), order(b)) })
-	return seqs[(n-1)/2]
+	return seqs[min(h.prefetch, (n+1)/2)-1]
 }
 
 // poll releases every lent batch whose release word Python has set.
@@ -371,7 +375,8 @@ func loaderOpen(ctx context.Context, s *Server, hdr, body []byte, fds []int) (re
 		r.Close()
 		return reply{}, err
 	}
-	h := &loaderHandle{l: l, readers: []*ffrecord.Reader{r}, ring: ring, slotSize: slotSize, arena: arena, held: map[int]lentBatch{}}
+	h := &loaderHandle{l: l, readers: []*ffrecord.Reader{r}, ring: ring, slotSize: slotSize, arena: arena, held: map[int]lentBatch{},
+		prefetch: q.Prefetch}
 	arena.h = h
 	id := s.add(h)
 	// Python maps the ring; the engine keeps its own descriptor closed
