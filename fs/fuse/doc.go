@@ -33,7 +33,9 @@
 //   - A handle read sequentially gets a read-ahead window of
 //     Options.ReadAhead bytes, fetched as Options.ReadAheadBlock-sized
 //     reads in parallel, so a single-threaded reader is served from memory
-//     while the storage works on the next blocks.
+//     while the storage works on the next blocks. Its buffers sit on
+//     transparent huge pages (arena.go) and replies are written from them.
+//     O_DIRECT reads bypass the kernel's read-ahead: this one carries them.
 //   - Writes are gathered per open file into aligned 4 MiB windows
 //     (Options.WriteBuffer) and stored in the background, a few at once
 //     (Options.WriteBehind), in order; everything is stored before close,
