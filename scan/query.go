@@ -498,8 +498,10 @@ func (q *query) project(rec arrow.RecordBatch) (arrow.RecordBatch, error) {
 }
 
 // orderedMap runs work(i) for i in [0, n) on par goroutines and hands the
-// results to consume in index order, keeping at most 2*par results in
-// flight. release frees results that are not consumed after an error.
+// results to consume in index order, keeping at most orderedWindow*par
+// results in flight. The window is wide enough that a worker whose thread
+// the OS has descheduled (a busy shared machine) does not stall the others:
+// they run ahead until the late result arrives. release frees results that are not consumed after an error.
 func orderedMap[T any](ctx context.Context, n, par int, work func(context.Context, int) (T, error),
 	consume func(int, T) error, release func(T)) error {
 	if par < 1 {
@@ -511,7 +513,7 @@ func orderedMap[T any](ctx context.Context, n, par int, work func(context.Contex
 	for i := range slots {
 		slots[i] = make(chan T, 1)
 	}
-	window := make(chan struct{}, 2*par)
+	window := make(chan struct{}, orderedWindow*par)
 	next := make(chan int)
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error {
@@ -573,6 +575,9 @@ loop:
 	}
 	return err
 }
+
+// orderedWindow is orderedMap's results in flight per worker.
+const orderedWindow = 4
 
 func releaseBatch(r arrow.RecordBatch) {
 	if r != nil {
