@@ -1,7 +1,9 @@
 package main
 
 import (
+	"os"
 	"os/signal"
+	"runtime/debug"
 	"syscall"
 
 	"github.com/spf13/cobra"
@@ -25,6 +27,13 @@ func init() {
 				// KeyboardInterrupt and carry on. It ends when Python closes
 				// the control connection.
 				signal.Ignore(syscall.SIGINT)
+				// The helper's heap is small (batches live in shared
+				// memory, not on it), so the default GOGC would collect
+				// every few MB of per-batch garbage: aim higher unless the
+				// user chose.
+				if os.Getenv("GOGC") == "" {
+					debug.SetGCPercent(400)
+				}
 				conn, err := engine.Listen(fd)
 				if err != nil {
 					return err

@@ -3,6 +3,7 @@ package engine
 import (
 	"cmp"
 	"context"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -464,22 +465,46 @@ const batchMeta = 9
 // padded, then the state after the batch (epoch, cursor, step), then n
 // sample indices, then n [start, end) pairs of positions within the slot.
 func (h *loaderHandle) lendReply(b *loader.Batch) (any, []byte, error) {
+	body, err := h.appendBatch(nil, b)
+	return batchHeader, body, err
+}
+
+// appendBatch lends b to Python and appends its reply body (see lendReply)
+// to dst.
+func (h *loaderHandle) appendBatch(dst []byte, b *loader.Batch) ([]byte, error) {
 	seq, ok := h.lend(b)
 	if !ok { // closed meanwhile
 		b.Release()
-		return nil, nil, fmt.Errorf("%w: loader closed", ErrBadRequest)
+		return dst, fmt.Errorf("%w: loader closed", ErrBadRequest)
 	}
 	n := len(b.Samples)
 	st := b.State()
-	out := make([]int64, batchMeta+3*n)
-	copy(out, []int64{int64(b.Slot), int64(seq), int64(n), b.Epoch, b.Step, int64(b.Padded), st.Epoch, st.Cursor, st.Step})
-	copy(out[batchMeta:], b.Indices)
-	pos := out[batchMeta+n:]
+	for _, v := range [batchMeta]int64{int64(b.Slot), int64(seq), int64(n), b.Epoch, b.Step, int64(b.Padded), st.Epoch, st.Cursor, st.Step} {
+		dst = binary.LittleEndian.AppendUint64(dst, uint64(v))
+	}
+	for _, v := range b.Indices {
+		dst = binary.LittleEndian.AppendUint64(dst, uint64(v))
+	}
 	for i, smp := range b.Samples {
 		start := b.Offset(i)
-		pos[2*i], pos[2*i+1] = start, start+int64(len(smp))
+		dst = binary.LittleEndian.AppendUint64(dst, uint64(start))
+		dst = binary.LittleEndian.AppendUint64(dst, uint64(start+int64(len(smp))))
 	}
-	return batchHeader, putInt64s(out), nil
+	return dst, nil
+}
+
+// appendBatchFrame appends a whole batch reply frame to dst.
+func (h *loaderHandle) appendBatchFrame(dst []byte, b *loader.Batch) ([]byte, error) {
+	at := len(dst)
+	dst = binary.LittleEndian.AppendUint32(dst, uint32(len(batchHeader)))
+	dst = binary.LittleEndian.AppendUint32(dst, 0) // body length, below
+	dst = append(dst, batchHeader...)
+	dst, err := h.appendBatch(dst, b)
+	if err != nil {
+		return dst[:at], err
+	}
+	binary.LittleEndian.PutUint32(dst[at+4:], uint32(len(dst)-at-8-len(batchHeader)))
+	return dst, nil
 }
 
 // loaderStream pushes batches to Python as they are ready, one reply frame
@@ -493,6 +518,7 @@ func (s *Server) loaderStream(ctx context.Context, c *net.UnixConn, hdr []byte) 
 	}
 	h.streams.Add(1)
 	defer h.streams.Done()
+	var frame []byte
 	for {
 		h.poll()
 		b, err := h.l.Next(ctx)
@@ -505,11 +531,13 @@ func (s *Server) loaderStream(ctx context.Context, c *net.UnixConn, hdr []byte) 
 			}
 			return writeFrame(c, errorHeader(err), nil, nil)
 		}
-		rh, body, err := h.lendReply(b)
-		if err != nil {
+		// One buffer, reused, holds each batch's frame: the stream
+		// allocates nothing per batch (a helper's heap is small, so
+		// garbage turns straight into collections).
+		if frame, err = h.appendBatchFrame(frame[:0], b); err != nil {
 			return writeFrame(c, errorHeader(err), nil, nil)
 		}
-		if err := writeFrame(c, rh, body, nil); err != nil {
+		if _, err := c.Write(frame); err != nil {
 			return err
 		}
 	}
