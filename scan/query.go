@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"sync"
 	"sync/atomic"
 
 	"github.com/apache/arrow-go/v18/arrow"
@@ -498,82 +499,100 @@ func (q *query) project(rec arrow.RecordBatch) (arrow.RecordBatch, error) {
 }
 
 // orderedMap runs work(i) for i in [0, n) on par goroutines and hands the
-// results to consume in index order, keeping at most orderedWindow*par
-// results in flight. The window is wide enough that a worker whose thread
-// the OS has descheduled (a busy shared machine) does not stall the others:
-// they run ahead until the late result arrives. release frees results that are not consumed after an error.
+// results to consume in index order, never concurrently, keeping at most
+// orderedWindow*par results in flight. There is no feeder or consumer
+// goroutine: workers claim indices in order, and the worker that completes
+// the next result to consume drains every result ready in order (another
+// worker finishing meanwhile just leaves its result and goes on). Fewer
+// hand-offs between goroutines mean fewer thread wake-ups, which a busy
+// shared machine makes slow; and the window is wide enough that a worker
+// whose thread the OS has descheduled does not stall the others at once.
+// release frees results that are not consumed after an error.
 func orderedMap[T any](ctx context.Context, n, par int, work func(context.Context, int) (T, error),
 	consume func(int, T) error, release func(T)) error {
 	if par < 1 {
 		par = 1
 	}
-	ctx, cancel := context.WithCancel(ctx)
+	wctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	slots := make([]chan T, n)
-	for i := range slots {
-		slots[i] = make(chan T, 1)
-	}
+	var (
+		mu       sync.Mutex
+		ready    = map[int]T{} // done, not consumed; guarded by mu
+		head     int           // next index to consume; guarded by mu
+		draining bool          // a worker is consuming; guarded by mu
+		firstErr error         // guarded by mu
+		claimed  atomic.Int64
+	)
 	window := make(chan struct{}, orderedWindow*par)
-	next := make(chan int)
-	g, gctx := errgroup.WithContext(ctx)
-	g.Go(func() error {
-		defer close(next)
-		for i := 0; i < n; i++ {
-			select {
-			case window <- struct{}{}:
-			case <-gctx.Done():
-				return nil
-			}
-			select {
-			case next <- i:
-			case <-gctx.Done():
-				return nil
-			}
+	fail := func(err error) {
+		mu.Lock()
+		if firstErr == nil {
+			firstErr = err
 		}
-		return nil
-	})
+		mu.Unlock()
+		cancel()
+	}
+	var g errgroup.Group
 	for w := 0; w < par; w++ {
 		g.Go(func() error {
-			for i := range next {
-				v, err := work(gctx, i)
-				if err != nil {
-					return err
+			for {
+				select {
+				case window <- struct{}{}:
+				case <-wctx.Done():
+					return nil
 				}
-				slots[i] <- v
+				i := int(claimed.Add(1) - 1)
+				if i >= n {
+					return nil
+				}
+				v, err := work(wctx, i)
+				if err != nil {
+					fail(err)
+					return nil
+				}
+				mu.Lock()
+				ready[i] = v
+				if draining {
+					mu.Unlock()
+					continue
+				}
+				draining = true
+				for firstErr == nil {
+					v, ok := ready[head]
+					if !ok {
+						break
+					}
+					delete(ready, head)
+					idx := head
+					head++
+					mu.Unlock()
+					err := consume(idx, v)
+					<-window
+					mu.Lock()
+					if err != nil && firstErr == nil {
+						firstErr = err
+						cancel()
+					}
+				}
+				draining = false
+				mu.Unlock()
 			}
-			return nil
 		})
 	}
-	var cerr error
-loop:
-	for i := 0; i < n; i++ {
-		select {
-		case v := <-slots[i]:
-			cerr = consume(i, v)
-			<-window
-			if cerr != nil {
-				cancel()
-				break loop
-			}
-		case <-gctx.Done():
-			break loop
-		}
+	g.Wait()
+	for _, v := range ready {
+		release(v)
 	}
-	err := g.Wait()
-	for i := range slots {
-		select {
-		case v := <-slots[i]:
-			release(v)
-		default:
-		}
+	if firstErr != nil {
+		return firstErr
 	}
-	if cerr != nil {
-		return cerr
+	if err := ctx.Err(); err != nil {
+		return err
 	}
-	if err == nil {
-		err = ctx.Err()
+	if head != n {
+		return fmt.Errorf("scan: %d of %d results consumed", head, n) // not reached
 	}
-	return err
+	return nil
 }
 
 // orderedWindow is orderedMap's results in flight per worker.
