@@ -102,7 +102,7 @@ hanging its callers.`,
 	f.DurationVar(&o.Timeout, "timeout", 75*time.Second, "bound on every call into the storage; past it the caller gets ETIMEDOUT")
 	f.DurationVar(&o.AttrTimeout, "attr-timeout", 0, "how long the kernel may cache names and attributes (0: revalidate on every open)")
 	f.StringVar(&maxRequest, "max-request", "1M", "largest FUSE read/write request (max_read, max_write)")
-	f.StringVar(&raWindow, "read-ahead", "16M", "read-ahead window of a file read sequentially (0: off)")
+	f.StringVar(&raWindow, "read-ahead", "32M", "read-ahead window of a file read sequentially (0: off)")
 	f.StringVar(&raBlock, "read-ahead-block", "4M", "size of each read-ahead read (several run in parallel)")
 	f.IntVar(&o.MaxBackground, "max-background", 256, "asynchronous requests the kernel keeps in flight")
 	f.IntVar(&o.MaxBatch, "max-batch", 128, "most concurrent reads gathered into one batched storage read")

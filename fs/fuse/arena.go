@@ -19,18 +19,25 @@ import (
 // fault on every use).
 //
 // Buffers are carved from slabs of arenaSlab bytes, kept in a free list
-// per buffer size and reused; they are never unmapped, so the mapped
-// memory is the peak in use (bounded by Options.ReadAheadMemory of the
-// mounts of the process). If mmap fails, buffers come from the Go heap.
+// per buffer size and reused. The address space is never unmapped (it is
+// the peak in use, bounded by Options.ReadAheadMemory of the mounts of
+// the process), but the memory of free buffers beyond arenaKeep bytes is
+// given back to the kernel (MADV_DONTNEED) and faulted in again on reuse.
+// If mmap fails, buffers come from the Go heap.
 
 const (
 	hugePage  = 2 << 20
 	arenaSlab = 8 << 20
+	arenaKeep = 64 << 20
+	pageSize  = 4096
 )
 
 var arena struct {
-	mu   sync.Mutex
-	free map[int][][]byte // by buffer length; guarded by mu
+	mu       sync.Mutex
+	free     map[int][][]byte // resident, by buffer length; guarded by mu
+	released map[int][][]byte // given back to the kernel; guarded by mu
+	freeSize int              // bytes in free; guarded by mu
+	slabs    [][]byte         // every mapping; guarded by mu
 }
 
 // getBlock returns an n-byte buffer, 4 KiB aligned (a backend reading with
@@ -41,31 +48,63 @@ func getBlock(n int) []byte {
 	if fl := arena.free[n]; len(fl) > 0 {
 		b := fl[len(fl)-1]
 		arena.free[n] = fl[:len(fl)-1]
+		arena.freeSize -= n
+		return b
+	}
+	if fl := arena.released[n]; len(fl) > 0 {
+		b := fl[len(fl)-1]
+		arena.released[n] = fl[:len(fl)-1]
 		return b
 	}
 	slab := mapHuge(max(arenaSlab, (n+hugePage-1)/hugePage*hugePage))
 	if slab == nil {
 		return alignedBuffer(n)
 	}
-	if arena.free == nil {
-		arena.free = map[int][][]byte{}
+	if arena.released == nil {
+		arena.released = map[int][][]byte{}
 	}
-	// The slab's first buffer is returned, the others kept for later.
-	for o := n; o+n <= len(slab); o += n {
-		arena.free[n] = append(arena.free[n], slab[o:o+n:o+n])
+	arena.slabs = append(arena.slabs, slab)
+	// The slab's first buffer is returned, the others kept for later
+	// (not faulted in yet: as good as released). Each starts at a page
+	// boundary, so that releasing one never touches its neighbours.
+	stride := (n + pageSize - 1) &^ (pageSize - 1)
+	for o := stride; o+n <= len(slab); o += stride {
+		arena.released[n] = append(arena.released[n], slab[o:o+n:o+n])
 	}
 	return slab[:n:n]
+}
+
+// inSlab: b was carved from a slab (not the Go heap).
+func inSlab(b []byte) bool {
+	p := uintptr(unsafe.Pointer(unsafe.SliceData(b)))
+	for _, s := range arena.slabs {
+		lo := uintptr(unsafe.Pointer(unsafe.SliceData(s)))
+		if p >= lo && p+uintptr(len(b)) <= lo+uintptr(len(s)) {
+			return true
+		}
+	}
+	return false
 }
 
 // putBlock returns a buffer from getBlock for reuse.
 func putBlock(b []byte) {
 	b = b[:cap(b)]
 	arena.mu.Lock()
+	defer arena.mu.Unlock()
 	if arena.free == nil {
 		arena.free = map[int][][]byte{}
+		arena.released = map[int][][]byte{}
+	}
+	if !inSlab(b) {
+		return // from the Go heap (mmap failed): the GC has it
+	}
+	if arena.freeSize+len(b) > arenaKeep {
+		unix.Madvise(b, unix.MADV_DONTNEED) // only drops the pages; the range stays mapped
+		arena.released[len(b)] = append(arena.released[len(b)], b)
+		return
 	}
 	arena.free[len(b)] = append(arena.free[len(b)], b)
-	arena.mu.Unlock()
+	arena.freeSize += len(b)
 }
 
 // mapHuge maps n bytes (a multiple of hugePage) at a hugePage boundary and

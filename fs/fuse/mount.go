@@ -49,7 +49,7 @@ type Options struct {
 	// Dispatchers is how many ReadBatch calls may run at once. Default 8.
 	Dispatchers int
 	// ReadAhead is the read-ahead window of a handle read sequentially.
-	// Default 16 MiB; negative disables read-ahead.
+	// Default 32 MiB; negative disables read-ahead.
 	ReadAhead int
 	// ReadAheadBlock is the size of each read-ahead read. Default 4 MiB
 	// (the cluster's chunk size: one storage request per block; against
@@ -97,7 +97,7 @@ func (o *Options) setDefaults() {
 		o.Dispatchers = 8
 	}
 	if o.ReadAhead == 0 {
-		o.ReadAhead = 16 << 20
+		o.ReadAhead = 32 << 20
 	}
 	if o.ReadAheadBlock <= 0 {
 		o.ReadAheadBlock = 4 << 20
