@@ -58,8 +58,10 @@
 // ready. A batch reply (of loader_stream and loader_next) has the constant
 // header {"batch":true,"ok":true} and a binary body of little-endian int64s:
 // slot, lend number, n, epoch, step, padded, the state after the batch
-// (epoch, cursor, step), the n sample indices, and each sample's [start,
-// end) in the slot; so no JSON is encoded or decoded per batch. The slot is
+// (epoch, cursor, step), the grid (L when every sample is L > 0 bytes at a
+// multiple of L in the slot, else 0), the n sample indices, and each
+// sample's [start, end) in the slot; so no JSON is encoded or decoded per
+// batch. The slot is
 // lent to Python until Python writes the lend number into the slot's board
 // word (no request). The engine reads the board before each batch and
 // whenever the loader needs a slot and none is free. Finding none, it

@@ -172,6 +172,9 @@ func TestLoaderStreamDeliversAnEpoch(t *testing.T) {
 		if epoch, step, cursor := meta[3], meta[4], meta[7]; epoch != 0 || step != int64(b) || (b < 6 && cursor != int64(b+1)*16) {
 			t.Fatalf("batch %d: epoch %d step %d cursor %d", b, epoch, step, cursor)
 		}
+		if grid := meta[9]; grid != 0 {
+			t.Fatalf("batch %d of samples of different lengths has grid %d", b, grid)
+		}
 		v := meta[batchMeta:]
 		if len(v) != 3*n {
 			t.Fatalf("batch of %d samples with %d int64s", n, len(v))

@@ -458,12 +458,15 @@ func loaderNext(ctx context.Context, s *Server, hdr, body []byte, fds []int) (re
 var batchHeader = json.RawMessage(`{"batch":true,"ok":true}`)
 
 // batchMeta is the number of int64s that open a batch reply's body.
-const batchMeta = 9
+const batchMeta = 10
 
 // lendReply lends b to Python and describes it. The header is batchHeader;
 // the body is little-endian int64s: slot, lend number, n, epoch, step,
-// padded, then the state after the batch (epoch, cursor, step), then n
-// sample indices, then n [start, end) pairs of positions within the slot.
+// padded, then the state after the batch (epoch, cursor, step), then the
+// grid (L when every sample is L > 0 bytes long and starts at a multiple
+// of L in the slot, else 0: Python then makes the samples' views as rows
+// of one 2-D view), then n sample indices, then n [start, end) pairs of
+// positions within the slot.
 func (h *loaderHandle) lendReply(b *loader.Batch) (any, []byte, error) {
 	body, err := h.appendBatch(nil, b)
 	return batchHeader, body, err
@@ -479,17 +482,26 @@ func (h *loaderHandle) appendBatch(dst []byte, b *loader.Batch) ([]byte, error) 
 	}
 	n := len(b.Samples)
 	st := b.State()
-	for _, v := range [batchMeta]int64{int64(b.Slot), int64(seq), int64(n), b.Epoch, b.Step, int64(b.Padded), st.Epoch, st.Cursor, st.Step} {
+	at := len(dst)
+	for _, v := range [batchMeta]int64{int64(b.Slot), int64(seq), int64(n), b.Epoch, b.Step, int64(b.Padded), st.Epoch, st.Cursor, st.Step, 0} {
 		dst = binary.LittleEndian.AppendUint64(dst, uint64(v))
 	}
 	for _, v := range b.Indices {
 		dst = binary.LittleEndian.AppendUint64(dst, uint64(v))
 	}
+	var grid int64
+	if n > 0 {
+		grid = int64(len(b.Samples[0]))
+	}
 	for i, smp := range b.Samples {
 		start := b.Offset(i)
+		if grid > 0 && (int64(len(smp)) != grid || start%grid != 0) {
+			grid = 0
+		}
 		dst = binary.LittleEndian.AppendUint64(dst, uint64(start))
 		dst = binary.LittleEndian.AppendUint64(dst, uint64(start+int64(len(smp))))
 	}
+	binary.LittleEndian.PutUint64(dst[at+8*(batchMeta-1):], uint64(grid))
 	return dst, nil
 }
 

@@ -43,7 +43,7 @@ from . import _engine, errors
 from .ffrecord import _paths
 
 
-_META = 9  # int64s that open a batch reply's body
+_META = 10  # int64s that open a batch reply's body
 _PEEK = socket.MSG_PEEK | socket.MSG_DONTWAIT
 
 
@@ -69,25 +69,20 @@ def _dist_defaults(rank, world_size):
     return (int(rank) if rank is not None else r), (int(world_size) if world_size is not None else w)
 
 
-def _views(buf, pos):
-    """One uint8 view of buf per [start, end) row of pos."""
+def _views(buf, pos, grid):
+    """One uint8 view of buf per [start, end) row of pos. With grid = L > 0
+    (the engine found every sample L bytes long at a multiple of L, the
+    usual case of equal-length samples read in file order), sample i is row
+    start_i / L of one 2-D view: its rows are made in C, and picking them in
+    batch order costs a list lookup each, against a numpy slice each from
+    Python (about twice as much in all)."""
     n = len(pos)
-    if n == 0:
-        return []
-    start = pos[:, 0]
-    L = int(pos[0, 1] - pos[0, 0])
-    if L > 0:
-        # Equal-length samples (the usual case) lie on a grid of L bytes
-        # from the slot's start, in file order (the order of the reads):
-        # sample i is row k_i of one 2-D view. Its rows are made in C, and
-        # picking them in batch order costs a list lookup each, against a
-        # numpy slice each from Python (about twice as much in all).
-        k, r = np.divmod(start, L)
-        if not r.any() and (pos[:, 1] - start == L).all():
-            m = int(k.max()) + 1
-            if m <= 2 * n:
-                rows = list(buf[: m * L].reshape(m, L))
-                return list(map(rows.__getitem__, k.tolist()))
+    if grid > 0 and n:
+        k = (pos[:, 0] // grid).tolist()
+        m = max(k) + 1
+        if m <= 2 * n:
+            rows = list(buf[: m * grid].reshape(m, grid))
+            return list(map(rows.__getitem__, k))
     return [buf[s:e] for s, e in pos.tolist()]
 
 
@@ -101,9 +96,9 @@ class Batch:
     the end repeating earlier samples to balance ranks).
     """
 
-    __slots__ = ("indices", "epoch", "step", "padded", "_pos", "_buf", "_fin", "_samples", "__weakref__")
+    __slots__ = ("indices", "epoch", "step", "padded", "_pos", "_buf", "_fin", "_samples", "_grid", "__weakref__")
 
-    def __init__(self, indices, epoch, step, padded, pos, buf, fin):
+    def __init__(self, indices, epoch, step, padded, pos, buf, fin, grid=0):
         self.indices = indices
         self.epoch = epoch
         self.step = step
@@ -112,6 +107,7 @@ class Batch:
         self._buf = buf  # uint8 view of the batch's slot
         self._fin = fin
         self._samples = None
+        self._grid = grid  # L: every sample is L bytes at a multiple of L (0: not so)
 
     def __len__(self):
         return len(self.indices)
@@ -128,7 +124,7 @@ class Batch:
         if self._samples is None:
             if self._buf is None:
                 raise ValueError("batch was released")
-            self._samples = _views(self._buf, self._pos)
+            self._samples = _views(self._buf, self._pos, self._grid)
         return self._samples
 
     def __iter__(self):
@@ -442,10 +438,11 @@ class Loader:
         if h.get("end"):
             return None
         # A batch reply's body (an int64 array of its own): slot, lend
-        # number, n, epoch, step, padded, state (epoch, cursor, step), n
+        # number, n, epoch, step, padded, state (epoch, cursor, step), grid
+        # (L if every sample is L bytes at a multiple of L, else 0), n
         # indices, n [start, end) pairs.
         body = rep.body
-        slot, seq, n, epoch, step, padded, s_epoch, s_cursor, s_step = body[:_META].tolist()
+        slot, seq, n, epoch, step, padded, s_epoch, s_cursor, s_step, grid = body[:_META].tolist()
         indices = body[_META : _META + n]
         pos = body[_META + n :].reshape(n, 2)
         mem = self._slot_type.from_buffer(self._ring, self._board_bytes + slot * self._slot_size)
@@ -459,7 +456,7 @@ class Loader:
         self._handed += 1
         self._live.add(slot)
         self._state = state
-        return Batch(indices, epoch, step, padded, pos, buf, fin)
+        return Batch(indices, epoch, step, padded, pos, buf, fin, grid)
 
     def __iter__(self):
         epoch = self._epoch

@@ -309,6 +309,7 @@ def test_equal_length_samples_are_rows_of_one_view(tmp_path):
     L = ffkit.Loader(path, batch_size=64, seed=5)
     seen = []
     for b in L:
+        assert b._grid == 52  # the engine saw equal lengths on a grid
         s = b.samples
         assert len(s) == len(b)
         for i, x in zip(b.indices.tolist(), s):
