@@ -28,7 +28,7 @@ type BenchOptions struct {
 	Dir string
 	// Workers for ffkit and threads for DuckDB. Default: CPUs.
 	Workers int
-	// Runs per measurement; the median is reported. Default 3.
+	// Runs per measurement; the median is reported. Default 5.
 	Runs int
 	// Partitions of the hash repartition. Default 16.
 	Partitions int
@@ -125,7 +125,7 @@ func Bench(ctx context.Context, o BenchOptions) (*BenchResult, error) {
 		o.Workers = defaultWorkers()
 	}
 	if o.Runs <= 0 {
-		o.Runs = 3
+		o.Runs = 5
 	}
 	if o.Partitions <= 0 {
 		o.Partitions = 16

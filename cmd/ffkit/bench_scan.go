@@ -83,7 +83,7 @@ alternates between runs.`,
 	f.Int64Var(&o.Rows, "rows", 5_000_000, "rows of generated data")
 	f.StringVar(&o.Dir, "dir", "", "directory for the data and outputs (default: a temporary one, removed)")
 	f.IntVar(&o.Workers, "workers", 0, "ffkit workers and DuckDB threads (default: CPUs)")
-	f.IntVar(&o.Runs, "runs", 3, "runs per measurement (median reported)")
+	f.IntVar(&o.Runs, "runs", 5, "runs per engine per measurement, interleaved with alternating order (median reported)")
 	f.IntVar(&o.Partitions, "partitions", 16, "partitions of the hash repartition")
 	f.StringVar(&repSize, "repartition-size", "", "time the hash repartition on a separate generated input of this uncompressed size (e.g. 4G; default: the --rows data)")
 	f.StringSliceVar(&o.Only, "only", nil, "run only these measurements: "+strings.Join(scan.BenchQueries, ", "))
