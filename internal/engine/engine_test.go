@@ -370,3 +370,47 @@ func TestLoaderStreamSleepsUntilWoken(t *testing.T) {
 		t.Fatalf("Serve: %v", err)
 	}
 }
+
+// TestLoaderRingSlots: the ring has room for the planned batches, those in
+// flight and those held; a memory budget takes planned slots off first,
+// then shrinks the slots, and refuses a budget that cannot hold a sample.
+func TestLoaderRingSlots(t *testing.T) {
+	var samples [][]byte
+	for i := 0; i < 64; i++ {
+		samples = append(samples, bytes.Repeat([]byte{byte(i)}, 1000))
+	}
+	path := writeDataset(t, samples)
+	server, control := socketPair(t)
+	defer control.Close()
+	go NewServer().Serve(context.Background(), server)
+	open := func(budget int) map[string]any {
+		h, _, fds := call(t, control, map[string]any{"op": "loader_open", "paths": []string{path}, "batch_size": 8,
+			"world_size": 1, "prefetch": 3, "hold": 2, "ahead": 1, "memory_budget": budget}, nil)
+		closeFDs(fds)
+		return h
+	}
+	const slot = 8192 // 8 samples of 1000 bytes, rounded up to pages
+	for _, c := range []struct {
+		budget, slots, slotSize int
+	}{
+		{0, 2*3 + 2 + 2 + 1, slot}, // no budget: every planned batch has a slot
+		{100 * slot, 11, slot},     // a budget that fits them all changes nothing
+		{8 * slot, 8, slot},        // planned slots go first...
+		{6 * slot, 6, slot},        // ...down to prefetch + hold + ahead
+		{6 * 3000, 6, 4096},        // then the slots shrink (to whole pages)
+	} {
+		h := open(c.budget)
+		if h["error"] != nil {
+			t.Fatalf("budget %d: %v", c.budget, h["error"])
+		}
+		if got := int(h["slots"].(float64)); got != c.slots {
+			t.Errorf("budget %d: %d slots, want %d", c.budget, got, c.slots)
+		}
+		if got := int(h["slot_size"].(float64)); got != c.slotSize {
+			t.Errorf("budget %d: slot size %d, want %d", c.budget, got, c.slotSize)
+		}
+	}
+	if h := open(6 * 500); h["code"] != "budget" {
+		t.Errorf("a budget too small for one sample per slot: %v", h)
+	}
+}
