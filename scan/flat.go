@@ -731,3 +731,36 @@ func selectFlat(sel []int32, f cmpFilter, dt arrow.DataType, vals []byte) []int3
 		return selectCmp(sel, f.op, x, int32(f.v.I))
 	}
 }
+
+// flatArray decodes the whole chunk of column col in row group rg into an
+// Arrow array that owns its memory: the buffer the values were decoded
+// into is handed over to the array (the scratch grows a new one), so
+// nothing is copied. errDecline: not a chunk for the flat decoder.
+func (pf *File) flatArray(rg, col int) (arrow.Array, error) {
+	s := getScratch()
+	defer putScratch(s)
+	vals, valid, nulls, err := pf.decodeFlat(rg, col, s)
+	if err != nil {
+		return nil, err
+	}
+	owns := func(b []byte) bool {
+		if len(vals) == 0 || cap(b) == 0 {
+			return false
+		}
+		base := uintptr(unsafe.Pointer(unsafe.SliceData(b[:1])))
+		p := uintptr(unsafe.Pointer(unsafe.SliceData(vals)))
+		return p >= base && p < base+uintptr(cap(b))
+	}
+	switch {
+	case owns(s.page):
+		s.page = nil
+	case owns(s.vals):
+		s.vals = nil
+	default:
+		vals = append([]byte(nil), vals...)
+	}
+	if nulls > 0 {
+		valid = append([]byte(nil), valid...)
+	}
+	return viewArray(pf.Schema.Field(col).Type, int(pf.RowGroupRows(rg)), vals, valid, nulls), nil
+}

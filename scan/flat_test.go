@@ -97,8 +97,17 @@ for codec in ["NONE", "SNAPPY", "GZIP", "ZSTD", "LZ4"]:
 					t.Fatalf("%s rg %d col %s: %d nulls, want %d", path, rg, pf.Schema.Field(c).Name, nulls, want.NullN())
 				}
 				got.Release()
-				rec.Release()
 				putScratch(s)
+				// the array-owning form ReadRowGroup uses
+				owned, err := pf.flatArray(rg, c)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if !array.Equal(owned, want) {
+					t.Fatalf("%s rg %d col %s: flatArray differs from arrow-go", path, rg, pf.Schema.Field(c).Name)
+				}
+				owned.Release()
+				rec.Release()
 			}
 		}
 		pf.Close()
@@ -191,4 +200,81 @@ func TestFlatDecoderFileTruncatedUnderMap(t *testing.T) {
 		t.Fatalf("error %v does not name %s as corrupt", err, path)
 	}
 	t.Log(err)
+}
+
+// dictArray gives the strings and nulls arrow-go gives, on files of pyarrow
+// (codecs, pages v1 and v2, nulls, several pages) and DuckDB, and declines
+// chunks whose dictionary overflowed into PLAIN pages.
+func TestDictArrayMatchesArrow(t *testing.T) {
+	dir := t.TempDir()
+	var files []string
+	if err := runPython("import pyarrow"); err == nil {
+		code := fmt.Sprintf(`
+import pyarrow as pa, pyarrow.parquet as pq
+n = 30000
+t = pa.table({
+  "s": pa.array([None if i %% 7 == 3 else "cat_%%d" %% (i %% 23) for i in range(n)], pa.string()),
+  "b": pa.array([("k%%d" %% (i %% 5)).encode() for i in range(n)], pa.binary()),
+  "u": pa.array(["unique_%%d" %% i for i in range(n)], pa.string()),
+})
+for codec in ["NONE", "SNAPPY", "GZIP", "ZSTD"]:
+    for v in ["1.0", "2.0"]:
+        pq.write_table(t, "%s/pa-%%s-v%%s.parquet" %% (codec, v), compression=codec, data_page_version=v,
+            data_page_size=8 << 10, dictionary_pagesize_limit=64 << 10, row_group_size=12000)
+`, dir)
+		if err := runPython(code); err != nil {
+			t.Fatal(err)
+		}
+		m, _ := filepath.Glob(filepath.Join(dir, "pa-*.parquet"))
+		files = append(files, m...)
+	}
+	db := openDuck(t)
+	duck := filepath.Join(dir, "duck.parquet")
+	mustExec(t, db, `COPY (SELECT CASE WHEN i %% 4 = 0 THEN NULL ELSE 'v' || (i %% 9)::VARCHAR END AS s FROM range(50000) t(i))
+		TO '%s' (FORMAT parquet, COMPRESSION zstd, ROW_GROUP_SIZE 20000)`, duck)
+	files = append(files, duck)
+	decoded, declined := 0, 0
+	for _, path := range files {
+		pf, err := OpenFile(bg, path, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for rg := 0; rg < pf.NumRowGroups(); rg++ {
+			for c := 0; c < pf.Schema.NumFields(); c++ {
+				got, err := pf.dictArray(rg, c)
+				if err == errDecline {
+					declined++
+					if pf.Schema.Field(c).Name != "u" {
+						t.Errorf("%s rg %d col %s: declined", path, rg, pf.Schema.Field(c).Name)
+					}
+					continue
+				}
+				if err != nil {
+					t.Fatalf("%s rg %d col %d: %v", path, rg, c, err)
+				}
+				decoded++
+				FastPath = false
+				rec, err := pf.ReadRowGroup(bg, rg, []int{c})
+				FastPath = true
+				if err != nil {
+					t.Fatal(err)
+				}
+				plain, err := undict(got.(*array.Dictionary), pf.Schema.Field(c).Type)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if !array.Equal(plain, rec.Column(0)) || got.NullN() != rec.Column(0).NullN() {
+					t.Fatalf("%s rg %d col %s: dictArray differs from arrow-go", path, rg, pf.Schema.Field(c).Name)
+				}
+				plain.Release()
+				got.Release()
+				rec.Release()
+			}
+		}
+		pf.Close()
+	}
+	t.Logf("%d string chunks decoded, %d declined", decoded, declined)
+	if decoded == 0 {
+		t.Fatal("nothing decoded")
+	}
 }

@@ -494,7 +494,28 @@ func (pf *File) readRowGroup(ctx context.Context, rg int, cols []int, dict []boo
 		}
 	}
 	for i, c := range cols {
+		if FastPath && i < len(dict) && dict[i] && !pf.coalesce && lo == 0 && hi == nrows {
+			a, err := pf.dictArray(rg, c)
+			if err == nil {
+				arrs[i] = a
+				fields[i].Type = a.DataType()
+				continue
+			}
+			if !errors.Is(err, errDecline) {
+				return nil, err
+			}
+		}
 		if FastPath && pf.fastOK(c) && !(i < len(dict) && dict[i]) {
+			if !pf.coalesce && lo == 0 && hi == nrows {
+				a, err := pf.flatArray(rg, c)
+				if err == nil {
+					arrs[i] = a
+					continue
+				}
+				if !errors.Is(err, errDecline) {
+					return nil, err
+				}
+			}
 			a, err := pf.fastRead(rg, c, lo, hi)
 			if err == nil {
 				arrs[i] = a
@@ -507,6 +528,7 @@ func (pf *File) readRowGroup(ctx context.Context, rg int, cols []int, dict []boo
 		slow = true
 	}
 	if !slow {
+		sc = arrow.NewSchema(fields, nil) // dictionary columns carry their type
 		rec = array.NewRecordBatch(sc, arrs, hi-lo)
 		for _, a := range arrs {
 			a.Release()
@@ -559,9 +581,9 @@ func (pf *File) readRowGroup(ctx context.Context, rg int, cols []int, dict []boo
 		if !arrow.TypeEqual(arrs[i].DataType(), fields[i].Type) {
 			// pqarrow can return e.g. a dictionary for a string column; keep the file's type.
 			fields[i].Type = arrs[i].DataType()
-			sc = arrow.NewSchema(fields, nil)
 		}
 	}
+	sc = arrow.NewSchema(fields, nil)
 	rec = array.NewRecordBatch(sc, arrs, hi-lo)
 	for _, a := range arrs {
 		a.Release()
