@@ -22,7 +22,11 @@
 // buffer otherwise), each page is decompressed into a reused buffer with a
 // pooled zstd decoder, the filter runs on views of those buffers (a `col op
 // constant` filter selects rows straight from the values), and only the
-// kept rows of each column are copied into the output batch. Row groups are decoded in parallel (Workers) and
+// kept rows of each column are copied into the output batch. Unfiltered
+// whole-row-group reads of such columns hand the decoded buffer to the
+// Arrow array; string columns read as dictionaries (filters, group keys)
+// are decoded from the dictionary page and the bit-packed indices
+// (flatdict.go). Row groups are decoded in parallel (Workers) and
 // handed on in input order. For remote files (and local ones with CoalesceLocal) a row group's
 // column chunks are fetched first with reads merged across holes up to
 // CoalesceGap, all issued in one fs.ReadBatch, so the storage runs them in
