@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"math/rand"
 	"os"
 	"os/exec"
@@ -327,5 +328,46 @@ func TestReadAheadSequentialNotRandom(t *testing.T) {
 	// One window started by chance would be 32 MiB; allow one.
 	if got := srv.Stats().ReadAheadBytes - before; got > 32<<20 {
 		t.Errorf("3000 random 4 KiB reads made read-ahead fetch %d bytes", got)
+	}
+}
+
+// TestReadAheadSharedFairly: handles reading ahead at once share the
+// mount's read-ahead memory, so that none is left to read block by block.
+func TestReadAheadSharedFairly(t *testing.T) {
+	src := t.TempDir()
+	const files, size = 4, 48 << 20
+	var data [][]byte
+	for i := range files {
+		d := fusetest.Pattern(int64(10+i), size)
+		if err := os.WriteFile(filepath.Join(src, fmt.Sprint(i)), d, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		data = append(data, d)
+	}
+	// 16 blocks of 4 MiB for the mount; one handle alone would take 8+.
+	mnt, srv := mount(t, localfs.New(), src, fuse.Options{ReadAheadMemory: 64 << 20})
+	var fs []*os.File
+	for i := range files {
+		f, err := os.Open(filepath.Join(mnt, fmt.Sprint(i)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close()
+		fs = append(fs, f)
+	}
+	buf := make([]byte, 128<<10)
+	for off := 0; off < size; off += len(buf) {
+		for i, f := range fs {
+			if _, err := f.ReadAt(buf, int64(off)); err != nil {
+				t.Fatal(err)
+			}
+			if !bytes.Equal(buf, data[i][off:off+len(buf)]) {
+				t.Fatalf("file %d at %d: bytes differ", i, off)
+			}
+		}
+	}
+	st := srv.Stats()
+	if reads := int64(files * size / len(buf)); st.ReadAheadHits < reads*9/10 {
+		t.Errorf("%d of %d interleaved sequential reads served by read-ahead, want 90%%: %+v", st.ReadAheadHits, reads, st)
 	}
 }

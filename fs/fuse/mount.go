@@ -160,9 +160,11 @@ type Server struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup // dispatchers and read-ahead fetches
 
-	queue   chan *readReq // reads waiting for a dispatcher
-	raSem   chan struct{} // one token per read-ahead block in flight or held
-	nextIno atomic.Uint64
+	queue chan *readReq // reads waiting for a dispatcher
+	raSem chan struct{} // one token per read-ahead block in flight or held
+	// raActive counts the handles holding read-ahead blocks.
+	raActive atomic.Int64
+	nextIno  atomic.Uint64
 
 	stats struct {
 		reads, readBytes, writes, writeBytes, batches, batchedReads atomic.Int64

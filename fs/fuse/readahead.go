@@ -115,8 +115,17 @@ func (ra *readahead) result(off int64, n int) (gofuse.ReadResult, bool) {
 			ra.dropLocked(b)
 		}
 	}
-	// Fill the window [first, off+window).
-	for o := first; fill && o < off+ra.window && o < ra.size; o += ra.bs {
+	// Fill the window [first, off+window), the window shrunk to a fair
+	// share of the mount's read-ahead memory when many handles read
+	// ahead at once (else the first ones take it all and the others read
+	// block by block). A handle holds the window, the block the window
+	// starts in part-way, and the block before: share - 2 blocks.
+	window := ra.window
+	if active := ra.s.raActive.Load(); active > 1 {
+		share := int64(cap(ra.s.raSem)) / active
+		window = min(window, max(1, share-2)*ra.bs)
+	}
+	for o := first; fill && o < off+window && o < ra.size; o += ra.bs {
 		if _, ok := ra.blocks[o]; ok {
 			continue
 		}
@@ -226,6 +235,9 @@ func (ra *readahead) startLocked(off int64) bool {
 	n := min(ra.bs, ra.size-off)
 	buf := getBlock(int(ra.bs))[:n]
 	b := &raBlock{off: off, buf: buf, done: make(chan struct{})}
+	if len(ra.blocks) == 0 {
+		ra.s.raActive.Add(1)
+	}
 	ra.blocks[off] = b
 	ra.fetched += n
 	ra.s.wg.Add(1)
@@ -249,6 +261,9 @@ func (ra *readahead) startLocked(off int64) bool {
 func (ra *readahead) dropLocked(b *raBlock) {
 	if ra.blocks[b.off] == b {
 		delete(ra.blocks, b.off)
+		if len(ra.blocks) == 0 {
+			ra.s.raActive.Add(-1)
+		}
 		if !b.used && !ra.closed {
 			ra.s.stats.raWasted.Add(1)
 		}
