@@ -485,6 +485,16 @@ def futex_waker(word):
     c_uint32 in shared memory) with FUTEX_WAKE, or None where the system
     call is not available (the engine's sleep is bounded, so releases still
     get through, only later)."""
+    call = _syscall()
+    if call is None:
+        return None
+    # The partial keeps `word` (and so the mapping) alive with the address.
+    return functools.partial(_wake, *call, ctypes.addressof(word), word)
+
+
+@functools.lru_cache(maxsize=None)
+def _syscall():
+    """(libc's syscall(), futex's number), or None."""
     nr = _SYS_FUTEX.get(platform.machine())
     if nr is None:
         return None
@@ -495,8 +505,7 @@ def futex_waker(word):
     fn.restype = ctypes.c_long
     fn.argtypes = [ctypes.c_long, ctypes.c_void_p, ctypes.c_int, ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p,
                    ctypes.c_int]
-    # The partial keeps `word` (and so the mapping) alive with the address.
-    return functools.partial(_wake, fn, nr, ctypes.addressof(word), word)
+    return fn, nr
 
 
 def _wake(fn, nr, addr, word):
