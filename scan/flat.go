@@ -227,6 +227,7 @@ func (pf *File) decodeFlat(rg, col int, s *flatScratch) (vals, valid []byte, nul
 	if err != nil {
 		return nil, nil, 0, corruptf(pf.Path, fmt.Errorf("row group %d column %q: %w", rg, name, err))
 	}
+	defer pf.dropChunk(start, end)
 	rows := int(pf.RowGroupRows(rg))
 	raw := chunk
 	pos := 0 // rows decoded

@@ -66,6 +66,7 @@ func (pf *File) dictArray(rg, col int) (arr arrow.Array, err error) {
 	if err != nil {
 		return nil, corruptf(pf.Path, fmt.Errorf("row group %d column %q: %w", rg, name, err))
 	}
+	defer pf.dropChunk(start, end)
 	rows := int(pf.RowGroupRows(rg))
 	idx := make([]int32, rows)
 	var valid []byte

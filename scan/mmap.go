@@ -65,3 +65,20 @@ func faultPanics() func() {
 	old := debug.SetPanicOnFault(true)
 	return func() { debug.SetPanicOnFault(old) }
 }
+
+// dropChunk tells the kernel the mapping's pages of bytes [start, end) are
+// done with (MADV_DONTNEED): the page cache keeps them, but they leave the
+// process's resident set, so that a scan of a file larger than memory does
+// not show the whole file as resident. A later read of them faults them
+// back in from the page cache.
+func (pf *File) dropChunk(start, end int64) {
+	m := pf.mapping
+	if m == nil || start >= end {
+		return
+	}
+	ps := int64(unix.Getpagesize())
+	lo, hi := start/ps*ps, min((end+ps-1)/ps*ps, int64(len(m)))
+	if lo < hi {
+		unix.Madvise(m[lo:hi], unix.MADV_DONTNEED)
+	}
+}
