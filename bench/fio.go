@@ -34,9 +34,13 @@ type FioJob struct {
 	// Default "ffkit".
 	Name string
 	// Filenames to run on. One file: one job section with NumJobs jobs
-	// sharing it. Several files: one job section per file. Empty: fio
-	// creates its own files in Directory (one per job).
+	// sharing it. Several files: one job section per file, or with
+	// SpreadFiles one section whose I/Os go to the files at random (fio's
+	// file_service_type=random). Empty: fio creates its own files in
+	// Directory (one per job).
 	Filenames []string
+	// SpreadFiles runs one job over all Filenames (see there).
+	SpreadFiles bool
 	// Directory for fio-created files when Filenames is empty.
 	Directory string
 	// RW is fio's rw: read, write, randread, randwrite. Required.
@@ -126,10 +130,16 @@ func (j FioJob) Args(engine string) ([]string, error) {
 		a = append(a, "--directory="+j.Directory)
 	}
 	a = append(a, j.Extra...)
-	switch len(j.Filenames) {
-	case 0:
+	switch {
+	case len(j.Filenames) == 0:
 		a = append(a, "--name="+name)
-	case 1:
+	case len(j.Filenames) > 1 && j.SpreadFiles:
+		esc := make([]string, len(j.Filenames))
+		for i, f := range j.Filenames {
+			esc[i] = fioEscape(f)
+		}
+		a = append(a, "--name="+name, "--file_service_type=random", "--filename="+strings.Join(esc, ":"))
+	case len(j.Filenames) == 1:
 		a = append(a, "--name="+name, "--filename="+fioEscape(j.Filenames[0]))
 	default:
 		for i, f := range j.Filenames {

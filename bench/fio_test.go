@@ -22,6 +22,14 @@ func TestFioArgs(t *testing.T) {
 			t.Errorf("args %v lack %s", a, want)
 		}
 	}
+	// several files in one job: fio's ':' list, each name escaped
+	a, err = FioJob{Filenames: []string{"/d/x", "/d/a:b"}, SpreadFiles: true, RW: "randread", BlockSize: 4096}.Args("io_uring")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Contains(a, `--filename=/d/x:/d/a\:b`) || !slices.Contains(a, "--file_service_type=random") || slices.Contains(a, "--name=ffkit1") {
+		t.Errorf("spread job args %v", a)
+	}
 	if _, err := (FioJob{RW: "read"}).Args("psync"); !errors.Is(err, ErrBadOptions) {
 		t.Errorf("job without block size: %v", err)
 	}

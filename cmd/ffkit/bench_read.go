@@ -64,10 +64,11 @@ type benchReadResult struct {
 	BytesPerRequest         float64 `json:"bytes_per_request,omitempty"`
 	RangesPerRequest        float64 `json:"ranges_per_request,omitempty"`
 	StorageRequests         int64   `json:"storage_requests,omitempty"`
-	// fio 4 KiB random reads on the dataset's largest file (--fio)
+	// fio 4 KiB random reads on the dataset's full-size files (--fio)
 	FioIOPS    float64            `json:"fio_iops,omitempty"`
 	FioEngine  string             `json:"fio_engine,omitempty"`
-	FioFile    string             `json:"fio_file,omitempty"`
+	FioFile    string             `json:"fio_file,omitempty"` // the largest
+	FioFiles   []string           `json:"fio_files,omitempty"`
 	FioRatio   float64            `json:"fio_ratio,omitempty"`
 	Seconds    float64            `json:"seconds_per_phase"`
 	Rounds     int                `json:"rounds"`
@@ -84,7 +85,10 @@ merge, parallel reads, checksum checks) and report samples/s, MiB/s and the
 batch latency p50/p99. In the same run, a baseline reads random samples with
 one plain pread each, with the same number of reads in flight; the ratio is
 ffkit's samples/s over the baseline's. With --fio, fio's 4 KiB random-read
-IOPS (io_uring, iodepth 64) on the dataset's largest file is measured too.
+IOPS (io_uring, O_DIRECT with --direct, iodepth 64, one job) on the same
+files is measured too: the dataset's full-size files (at least half the
+largest; a small last shard would be a hot spot fio hits as often as the
+others), with each read going to one of them at random.
 By default 4 batches are in flight with 16 reads each: 64 reads in flight,
 as many as the baseline's preads and fio's iodepth. --max-in-flight bounds
 the reads of all batches together instead, shared without dividing it (a
@@ -108,7 +112,7 @@ phase, and the cache state is printed next to the figures.`,
 	c.Flags().IntVar(&f.maxInFlight, "max-in-flight", 0, "reads in flight in all batches together, shared (0: --parallelism x --batches-in-flight); the baseline keeps as many preads in flight")
 	c.Flags().Int64Var(&f.mergeGap, "merge-gap", 0, "merge reads whose gap is at most this many bytes (0 = default, -1 = never)")
 	c.Flags().BoolVar(&f.noVerify, "no-verify", false, "skip the sample checksum checks")
-	c.Flags().BoolVar(&f.fio, "fio", false, "also measure fio 4 KiB random reads (io_uring, iodepth 64) on the largest file")
+	c.Flags().BoolVar(&f.fio, "fio", false, "also measure fio 4 KiB random reads (io_uring, iodepth 64) on the dataset's full-size files")
 	c.Flags().Uint64Var(&f.seed, "seed", 1, "seed of the random batches")
 	c.Flags().IntVar(&f.rounds, "rounds", 3, "alternate the phases this many times (each gets duration/rounds per round), so load from other processes falls on all of them alike")
 	return c
@@ -233,6 +237,12 @@ func runBenchRead(ctx context.Context, paths []string, f benchReadFlags) error {
 		}
 	}
 	fioOK := f.fio && !fs.IsURL(largest.Path)
+	var fioFiles []string
+	for _, fm := range files {
+		if !fs.IsURL(fm.Path) && fm.Size >= largest.Size/2 {
+			fioFiles = append(fioFiles, fm.Path)
+		}
+	}
 	if f.fio && !fioOK {
 		warnf("--fio needs a local file; skipped")
 	}
@@ -261,8 +271,8 @@ func runBenchRead(ctx context.Context, paths []string, f benchReadFlags) error {
 		}
 		base = append(base, b)
 		if fioOK {
-			progress(fmt.Sprintf("round %d/%d: fio 4 KiB randread, iodepth 64, on %s", round+1, f.rounds, largest.Path))
-			fr, err := bench.RunFio(ctx, bench.FioJob{Filenames: []string{largest.Path}, RW: "randread",
+			progress(fmt.Sprintf("round %d/%d: fio 4 KiB randread, iodepth 64, on %d file(s) of the dataset", round+1, f.rounds, len(fioFiles)))
+			fr, err := bench.RunFio(ctx, bench.FioJob{Filenames: fioFiles, SpreadFiles: true, RW: "randread",
 				BlockSize: 4096, IODepth: 64, Direct: f.direct, Runtime: slice, RampTime: f.warmup,
 				Extra: []string{"--readonly"}})
 			if err != nil {
@@ -270,7 +280,7 @@ func runBenchRead(ctx context.Context, paths []string, f benchReadFlags) error {
 				fioOK = false
 			} else {
 				fioIOPS = append(fioIOPS, fr.Read.IOPS)
-				res.FioEngine, res.FioFile = fr.Engine, largest.Path
+				res.FioEngine, res.FioFile, res.FioFiles = fr.Engine, largest.Path, fioFiles
 			}
 		}
 	}
