@@ -142,6 +142,8 @@ func Bench(ctx context.Context, o BenchOptions) (*BenchResult, error) {
 		}
 		defer os.RemoveAll(d)
 		dir = d
+	} else if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, fmt.Errorf("bench scan: %w", err)
 	}
 	db, err := sql.Open("duckdb", "")
 	if err != nil {

@@ -12,7 +12,7 @@ import (
 // are usage errors (exit 2). Times are not asserted.
 func TestBenchScanCLI(t *testing.T) {
 	buildScanBin(t)
-	dir := t.TempDir()
+	dir := filepath.Join(t.TempDir(), "new", "sub") // created if missing
 	stdout, stderr, code := scanCLI(t, "bench", "scan", "--rows", "30000", "--runs", "1", "--only", "filter,repartition",
 		"--repartition-size", "2M", "--partitions", "4", "--dir", dir, "--json")
 	if code != 0 {
