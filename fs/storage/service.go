@@ -1011,8 +1011,30 @@ func (s *Service) resync(ts *tstate, ch *proto.Chain, succ proto.ChainTarget, r 
 		c.lock.Lock()
 		defer c.lock.Unlock()
 		ts.mu.Lock()
-		cv := c.committed
+		cv, pv := c.committed, c.pending
 		ts.mu.Unlock()
+		if pv != nil {
+			// A pending version left here by a crash or a failed writer (we
+			// hold the chunk lock: no update is in flight) may be an
+			// acknowledged write whose commit rename a power loss undid
+			// (a returning LASTSRV). Copying the older committed version
+			// would roll it back on the successor, which then serves it:
+			// the head finishes (re-drives) its pending version first,
+			// through the successor too; another hop waits for the head to.
+			cur := s.routing.Load().Chain(ch.ID)
+			if cur == nil {
+				return fmt.Errorf("%w: chain %d vanished", proto.ErrNoChain, ch.ID)
+			}
+			if h, ok := cur.Head(); !ok || h.ID != ts.ID {
+				return fmt.Errorf("chunk %v v%d pending on target %d: waiting for the head to finish it", id, pv.ver, ts.ID)
+			}
+			if err := s.redriveLocked(ctx, ts, ch.ID, id, c, pv); err != nil {
+				return fmt.Errorf("chunk %v: finishing pending v%d before the transfer: %w", id, pv.ver, err)
+			}
+			ts.mu.Lock()
+			cv = c.committed
+			ts.mu.Unlock()
+		}
 		rm, has := remote[id]
 		delete(remote, id)
 		req := proto.UpdateReq{WriteReq: proto.WriteReq{Chain: ch.ID, ChainVer: ch.Version, Chunk: id},
