@@ -64,8 +64,11 @@
 // mgmtd until mgmtd's routing shows it is not serving, then reports
 // online; mgmtd makes it syncing and its predecessor resyncs it (every
 // chunk where the two disagree in any way is sent whole and committed;
-// chunks only the successor has are removed), then it reports up to date
-// and mgmtd makes it serving. A service that has not reached mgmtd for
+// chunks only the successor has are removed; a pending version the
+// predecessor holds, such as an acknowledged write whose commit rename a
+// power loss undid on a returning last serving target, is first finished
+// by the head, never replaced by the older committed one), then it
+// reports up to date and mgmtd makes it serving. A service that has not reached mgmtd for
 // half the fail timeout refuses every request and puts its targets back in
 // the restarting phase, so a partitioned replica never serves stale data.
 // A target whose disk fails an fsync, or that finds a corrupt chunk while
