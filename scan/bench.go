@@ -179,14 +179,7 @@ func Bench(ctx context.Context, o BenchOptions) (*BenchResult, error) {
 	}
 	pf.Close()
 
-	duckCopy := func(q, out string, extra string) func() (int64, error) {
-		return func() (int64, error) {
-			os.RemoveAll(out)
-			var n int64
-			err := db.QueryRowContext(ctx, fmt.Sprintf("COPY (%s) TO '%s' (FORMAT parquet, COMPRESSION zstd%s)", q, out, extra)).Scan(&n)
-			return n, err
-		}
-	}
+	duckCopy := duckCopier(ctx, db)
 	var lastSum *Summary
 	ours := func(j Job) func() (int64, error) {
 		return func() (int64, error) {
@@ -458,13 +451,11 @@ func readInt64s(c pq.ColumnChunk) ([]int64, error) {
 	}
 }
 
-// benchRepartition times the hash repartition (on the main data, or on a
-// separate input of o.RepartitionBytes) and fills res's repartition figures.
-func benchRepartition(ctx context.Context, db *sql.DB, o BenchOptions, res *BenchResult, in, src, dir string,
-	ours func(Job) func() (int64, error), measureN func(BenchRow, int, bool, func() (int64, error), func() (int64, error)) error,
-	lastSum **Summary, logf func(string, ...any)) error {
-	out := func(n string) string { return filepath.Join(dir, n) }
-	duckCopy := func(q, out string, extra string) func() (int64, error) {
+// duckCopier returns a maker of timed DuckDB runs: each writes query q's
+// result to out as zstd Parquet (extra: more COPY options) and returns the
+// rows written.
+func duckCopier(ctx context.Context, db *sql.DB) func(q, out, extra string) func() (int64, error) {
+	return func(q, out, extra string) func() (int64, error) {
 		return func() (int64, error) {
 			os.RemoveAll(out)
 			var n int64
@@ -472,6 +463,15 @@ func benchRepartition(ctx context.Context, db *sql.DB, o BenchOptions, res *Benc
 			return n, err
 		}
 	}
+}
+
+// benchRepartition times the hash repartition (on the main data, or on a
+// separate input of o.RepartitionBytes) and fills res's repartition figures.
+func benchRepartition(ctx context.Context, db *sql.DB, o BenchOptions, res *BenchResult, in, src, dir string,
+	ours func(Job) func() (int64, error), measureN func(BenchRow, int, bool, func() (int64, error), func() (int64, error)) error,
+	lastSum **Summary, logf func(string, ...any)) error {
+	out := func(n string) string { return filepath.Join(dir, n) }
+	duckCopy := duckCopier(ctx, db)
 	n := o.Partitions
 	rin, rsrc, rbytes, rruns, rwarm := in, src, res.UncompressedSize, o.Runs, true
 	res.RepartitionRows, res.RepartitionFileBytes = res.Rows, res.FileBytes
