@@ -59,12 +59,10 @@ func TestPowerLoss(t *testing.T) {
 	}
 	waitReady := func() {
 		t.Helper()
-		deadline := time.Now().Add(15 * time.Second)
-		for !m.Ready() {
-			if time.Now().After(deadline) {
-				t.Fatalf("cluster not ready: %v", m.Routing().Chains)
-			}
-			time.Sleep(20 * time.Millisecond)
+		rctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+		defer cancel()
+		if err := m.WaitReady(rctx); err != nil {
+			t.Fatal(err)
 		}
 	}
 	waitReady()

@@ -2,6 +2,7 @@ package mgmtd
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"strings"
@@ -216,5 +217,20 @@ func TestServerRestartResumes(t *testing.T) {
 	r2 := s2.Routing()
 	if r2.Version <= r1.Version || len(r2.Chains) != 2 || r2.NodeAddr(2) != "h:2" {
 		t.Fatalf("restart lost state: before %+v after %+v", r1, r2)
+	}
+}
+
+// WaitReady on a cluster without storage services ends with the context and
+// says so (the positive path runs in every storage and client test).
+func TestWaitReadyTimesOut(t *testing.T) {
+	s, err := Start(context.Background(), Options{Token: "t", Store: memkv.New(memkv.Options{}), Logf: t.Logf})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	if err := s.WaitReady(ctx); !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), "not ready") {
+		t.Fatalf("WaitReady without storage: %v", err)
 	}
 }

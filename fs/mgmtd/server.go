@@ -485,3 +485,16 @@ func (s *Server) Ready() bool {
 	}
 	return true
 }
+
+// WaitReady waits until Ready reports true. It returns an error naming the
+// routing it last saw if ctx ends first.
+func (s *Server) WaitReady(ctx context.Context) error {
+	for !s.Ready() {
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("mgmtd: cluster not ready: %w (chains %v)", ctx.Err(), s.Routing().Chains)
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+	return nil
+}

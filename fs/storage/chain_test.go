@@ -37,12 +37,10 @@ func twoReplicas(t *testing.T) (*client.Client, *proto.Chain, map[proto.TargetID
 		t.Cleanup(func() { s.Close() })
 		targets[proto.TargetID(n)] = s.targets[proto.TargetID(n)]
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for !m.Ready() {
-		if time.Now().After(deadline) {
-			t.Fatal("not ready")
-		}
-		time.Sleep(10 * time.Millisecond)
+	rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if err := m.WaitReady(rctx); err != nil {
+		t.Fatal(err)
 	}
 	cl, err := client.Dial(ctx, []string{m.Addr()}, client.Options{Token: "tok", RetryTimeout: 10 * time.Second})
 	if err != nil {
