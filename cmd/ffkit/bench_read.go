@@ -67,7 +67,6 @@ type benchReadResult struct {
 	// fio 4 KiB random reads on the dataset's full-size files (--fio)
 	FioIOPS    float64            `json:"fio_iops,omitempty"`
 	FioEngine  string             `json:"fio_engine,omitempty"`
-	FioFile    string             `json:"fio_file,omitempty"` // the largest
 	FioFiles   []string           `json:"fio_files,omitempty"`
 	FioRatio   float64            `json:"fio_ratio,omitempty"`
 	Seconds    float64            `json:"seconds_per_phase"`
@@ -280,7 +279,7 @@ func runBenchRead(ctx context.Context, paths []string, f benchReadFlags) error {
 				fioOK = false
 			} else {
 				fioIOPS = append(fioIOPS, fr.Read.IOPS)
-				res.FioEngine, res.FioFile, res.FioFiles = fr.Engine, largest.Path, fioFiles
+				res.FioEngine, res.FioFiles = fr.Engine, fioFiles
 			}
 		}
 	}
