@@ -82,12 +82,7 @@ for codec in ["NONE", "SNAPPY", "GZIP", "ZSTD", "LZ4"]:
 					t.Fatalf("%s rg %d col %d: %v", path, rg, c, err)
 				}
 				decoded++
-				FastPath = false
-				rec, err := pf.ReadRowGroup(bg, rg, []int{c})
-				FastPath = true
-				if err != nil {
-					t.Fatal(err)
-				}
+				rec := generalColumn(t, pf, rg, c)
 				want := rec.Column(0)
 				got := viewArray(pf.Schema.Field(c).Type, want.Len(), vals, valid, nulls)
 				if !array.Equal(got, want) {
@@ -253,12 +248,7 @@ for codec in ["NONE", "SNAPPY", "GZIP", "ZSTD"]:
 					t.Fatalf("%s rg %d col %d: %v", path, rg, c, err)
 				}
 				decoded++
-				FastPath = false
-				rec, err := pf.ReadRowGroup(bg, rg, []int{c})
-				FastPath = true
-				if err != nil {
-					t.Fatal(err)
-				}
+				rec := generalColumn(t, pf, rg, c)
 				plain, err := undict(got.(*array.Dictionary), pf.Schema.Field(c).Type)
 				if err != nil {
 					t.Fatal(err)
@@ -277,4 +267,17 @@ for codec in ["NONE", "SNAPPY", "GZIP", "ZSTD"]:
 	if decoded == 0 {
 		t.Fatal("nothing decoded")
 	}
+}
+
+// generalColumn reads column c of row group rg with the fast decoders
+// turned off: the arrow-go reading the fast paths are checked against.
+func generalColumn(t *testing.T, pf *File, rg, c int) arrow.Record {
+	t.Helper()
+	FastPath = false
+	defer func() { FastPath = true }()
+	rec, err := pf.ReadRowGroup(bg, rg, []int{c})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rec
 }
