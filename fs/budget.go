@@ -28,14 +28,6 @@ func NewBudget(n int) *Budget {
 	return &Budget{max: n, free: n}
 }
 
-// Max is the budget's bound (0 for unlimited).
-func (b *Budget) Max() int {
-	if b == nil {
-		return 0
-	}
-	return b.max
-}
-
 // TryTake takes up to n reads' worth without waiting and returns how many
 // it took.
 func (b *Budget) TryTake(n int) int {
