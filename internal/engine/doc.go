@@ -85,7 +85,10 @@
 // slots off first). Python stops a stream by closing its connection, then
 // sends "loader_reclaim" with the slots it still holds: every other lent
 // slot comes back (batches that were in the socket), after the stream has
-// stopped.
+// stopped. Streams are numbered ("stream": 1, 2, ...) and a reclaim names
+// the last one opened: a stream request the engine reads only after that
+// reclaim (it sat unread in the closed connection) is refused, so it cannot
+// take a batch from the rewound loader and lose it.
 //
 // Concurrency: Server is safe for concurrent connections; each handle
 // serialises its own state with a mutex.

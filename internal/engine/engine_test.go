@@ -414,3 +414,52 @@ func TestLoaderRingSlots(t *testing.T) {
 		t.Errorf("a budget too small for one sample per slot: %v", h)
 	}
 }
+
+// TestLoaderStreamFencedByReclaim: a stream request that the engine reads
+// only after a reclaim naming it (Python closed the stream at once, e.g.
+// on Ctrl-C, and rewound) is refused, and the loader has not moved: the
+// next stream starts with the first batch. Before the fence, the late
+// stream took that batch and lost it on its closed connection.
+func TestLoaderStreamFencedByReclaim(t *testing.T) {
+	var samples [][]byte
+	for i := 0; i < 40; i++ {
+		samples = append(samples, bytes.Repeat([]byte{byte(i)}, 10+i))
+	}
+	path := writeDataset(t, samples)
+	server, control := socketPair(t)
+	defer control.Close()
+	go NewServer().Serve(context.Background(), server)
+	handle, _, _, _, _ := openRing(t, control, path, nil)
+	if h, _, _ := call(t, control, map[string]any{"op": "loader_reclaim", "handle": handle, "stream": 1}, nil); h["ok"] != true {
+		t.Fatalf("reclaim: %v", h)
+	}
+	stream := func(n int) (map[string]any, []int64) {
+		t.Helper()
+		c := connectStream(t, control)
+		defer c.Close()
+		h, _ := json.Marshal(map[string]any{"op": "loader_stream", "handle": handle, "stream": n})
+		msg := binary.LittleEndian.AppendUint32(binary.LittleEndian.AppendUint32(nil, uint32(len(h))), 0)
+		if _, err := c.Write(append(msg, h...)); err != nil {
+			t.Fatal(err)
+		}
+		c.SetReadDeadline(time.Now().Add(30 * time.Second))
+		f, err := readFrame(c)
+		if err != nil {
+			t.Fatalf("stream %d: %v", n, err)
+		}
+		var rh map[string]any
+		json.Unmarshal(f.header, &rh)
+		meta, _ := int64s(f.body)
+		return rh, meta
+	}
+	if h, _ := stream(1); h["error"] == nil || !strings.Contains(h["error"].(string), "reclaimed") {
+		t.Fatalf("a stream fenced off by a reclaim started: %v", h)
+	}
+	h, meta := stream(2)
+	if h["batch"] != true || len(meta) < batchMeta {
+		t.Fatalf("stream 2: %v", h)
+	}
+	if step := meta[4]; step != 0 {
+		t.Fatalf("stream 2 starts at step %d: the refused stream took a batch", step)
+	}
+}

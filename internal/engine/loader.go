@@ -37,9 +37,13 @@ type loaderHandle struct {
 
 	prefetch int // the loader's Prefetch: batches read at once
 
-	mu      sync.Mutex        // guards held and nextSeq
+	mu      sync.Mutex        // guards held, nextSeq and fence; streams.Add
 	held    map[int]lentBatch // batches lent to Python, by slot
 	nextSeq uint32
+	// fence is the highest stream number a reclaim named: streams numbered
+	// up to it are over, and one whose request is read only now must not
+	// start (Python closed it before the engine got to it).
+	fence uint64
 }
 
 // lentBatch is a batch Python has; seq is the lend's number, which Python
@@ -402,6 +406,9 @@ type loaderReq struct {
 	Keep    []int           `json:"keep"`
 	Epoch   int64           `json:"epoch"`
 	State   json.RawMessage `json:"state"`
+	// Stream numbers a loader_stream; in a loader_reclaim, the last stream
+	// Python opened (see loaderHandle.fence).
+	Stream uint64 `json:"stream"`
 }
 
 func loaderArgs(s *Server, hdr []byte) (*loaderHandle, loaderReq, error) {
@@ -524,11 +531,17 @@ func (h *loaderHandle) appendBatchFrame(dst []byte, b *loader.Batch) ([]byte, er
 // bounds how far it runs ahead: a batch stays lent until Python sets its
 // release word (or lists it in a request).
 func (s *Server) loaderStream(ctx context.Context, c *net.UnixConn, hdr []byte) error {
-	h, _, err := loaderArgs(s, hdr)
+	h, q, err := loaderArgs(s, hdr)
 	if err != nil {
 		return writeFrame(c, errorHeader(err), nil, nil)
 	}
+	h.mu.Lock()
+	if q.Stream != 0 && q.Stream <= h.fence {
+		h.mu.Unlock()
+		return writeFrame(c, errorHeader(fmt.Errorf("%w: stream %d was reclaimed before it started", ErrBadRequest, q.Stream)), nil, nil)
+	}
 	h.streams.Add(1)
+	h.mu.Unlock()
 	defer h.streams.Done()
 	var frame []byte
 	for {
@@ -572,7 +585,11 @@ func loaderReclaim(ctx context.Context, s *Server, hdr, body []byte, fds []int) 
 		return reply{}, err
 	}
 	// Python closed the stream before asking: wait until it has stopped, so
-	// that no batch is lent after the reclaim.
+	// that no batch is lent after the reclaim, and fence off a stream whose
+	// request is still unread on its closed connection.
+	h.mu.Lock()
+	h.fence = max(h.fence, q.Stream)
+	h.mu.Unlock()
 	h.streams.Wait()
 	keep := map[int]bool{}
 	for _, k := range q.Keep {

@@ -233,6 +233,8 @@ class Loader:
         self._stash = None  # first batch of the next epoch, read ahead
         self._closed = False
         self._sock = None  # the engine's stream of batches (an _engine.Pipe)
+        self._streams = 0  # streams opened (their numbers are 1, 2, ...)
+        self._fenced = 0  # the last stream number sent in a reclaim
         self._needs_rewind = False
         self._ensure()
         self._epoch = self._state["epoch"]
@@ -254,6 +256,7 @@ class Loader:
         if self._sock is not None:
             self._sock.close()
         self._sock = None
+        self._fenced = self._streams  # the old streams served another handle
         self._needs_rewind = False
         rep = e.call(dict(self._open_header))
         h = rep.header
@@ -364,12 +367,22 @@ class Loader:
     def _stop_stream(self, e):
         """Closes the stream and gets back the slots of batches it sent that
         we never handed out."""
-        if self._sock is None:
-            return
-        self._sock.close()
-        self._sock = None
+        if self._sock is not None:
+            self._sock.close()
+            self._sock = None
+        if self._fenced != self._streams:
+            self._reclaim(e)
+
+    def _reclaim(self, e):
+        """Takes back every lent slot but those handed out and still held.
+        The request names the last stream opened: the engine waits until
+        that stream and every earlier one have stopped, and refuses to start
+        one it has not read yet (its request may still sit in the closed
+        socket: started after a rewind, it would take a batch from the new
+        position and lose it on the closed socket)."""
         self._drain()
-        e.call({"op": "loader_reclaim", "handle": self._hid, "keep": sorted(self._live)})
+        e.call({"op": "loader_reclaim", "handle": self._hid, "keep": sorted(self._live), "stream": self._streams})
+        self._fenced = self._streams
 
     def _abandon(self):
         """After an error or an interrupt: the stream goes, and the next fetch
@@ -380,8 +393,7 @@ class Loader:
         self._needs_rewind = True
 
     def _rewind(self, e):
-        self._drain()
-        e.call({"op": "loader_reclaim", "handle": self._hid, "keep": sorted(self._live)})
+        self._reclaim(e)
         st = self._state
         if st["cursor"] == 0 and st["step"] == 0:
             e.call({"op": "loader_set_epoch", "handle": self._hid, "epoch": st["epoch"]})
@@ -409,7 +421,8 @@ class Loader:
             if self._sock is None:
                 self._sock = _engine.Pipe(e.connection())
                 self._sock.on_empty = Loader._starving(self._board, self._waiting, self._wake_word, self._waker)
-                self._sock.send({"op": "loader_stream", "handle": self._hid})
+                self._streams += 1
+                self._sock.send({"op": "loader_stream", "handle": self._hid, "stream": self._streams})
             rep = self._sock.recv()
         except errors.EngineError:
             self._abandon()
@@ -559,6 +572,7 @@ class Loader:
         self._closed = False
         self.ahead = max(0, int(self._open_header.get("ahead", 2)))
         self._sock = None
+        self._streams = self._fenced = 0
         self._needs_rewind = False
         self._ensure()
         self._epoch = st["epoch"]
