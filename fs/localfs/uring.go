@@ -282,7 +282,21 @@ func readURing(ctx context.Context, files []*File, reqs []fs.ReadRequest, depth 
 			}
 			break
 		}
-		err := r.enter(pending, 1)
+		// Submit in chunks (see submitChunk), then wait for a completion
+		// unless one is already there.
+		var err error
+		for err == nil && pending > 0 {
+			h0 := atomic.LoadUint32(r.sqHead)
+			err = r.enter(min(pending, submitChunk), 0)
+			took := atomic.LoadUint32(r.sqHead) - h0
+			if took == 0 {
+				break
+			}
+			pending -= took
+		}
+		if err == nil && atomic.LoadUint32(r.cqHead) == atomic.LoadUint32(r.cqTail) {
+			err = r.enter(pending, 1)
+		}
 		inflight += atomic.LoadUint32(r.sqHead) - head // what the kernel took
 		reaped := r.reap(func(ud uint64, res int32) {
 			if i := int(ud); res < 0 || int(res) < len(reqs[i].Buf) {
@@ -324,5 +338,15 @@ func readURing(ctx context.Context, files []*File, reqs []fs.ReadRequest, depth 
 	}
 	return nil
 }
+
+// submitChunk is how many queued reads one io_uring_enter submits. The
+// kernel plugs the block queue while it submits more than two SQEs in one
+// call, so the first read of a long run reaches the device only when the
+// last is queued: the device's queue empties in bursts and refills in
+// bursts. Two per call skips the plug and, like fio (one per call by
+// default), keeps the device's queue full. Measured: bench read --direct on
+// 4 KiB samples went from 0.84x to 0.88-0.91x of fio's IOPS (alternating
+// runs), and a bare ring loop from 0.93x to 1.04x.
+const submitChunk = 2
 
 var errUringUnavailable = fmt.Errorf("localfs: io_uring unavailable")
