@@ -230,6 +230,64 @@ def test_interrupted_wait_loses_no_batch(gen, monkeypatch):
     assert calls["n"] > 10
 
 
+def test_stream_request_read_after_the_rewind_is_refused(gen, monkeypatch):
+    """The race behind an interrupted wait, made certain: the engine reads a
+    stream request only after the rewind that abandoned it (the request sat
+    in its socket). That stale stream must not take a batch from the
+    rewound position: it is refused, and every batch arrives exactly once."""
+    import socket
+
+    from ffkit import _engine
+
+    path, n = gen
+    ref = [b.indices.tolist() for b in ffkit.Loader(path, batch_size=100, seed=6)]
+    L = ffkit.Loader(path, batch_size=100, seed=6)
+    real_send, real_recv, real_call = _engine.Pipe.send, _engine.Pipe.recv, _engine.Engine.call
+    st = {"streams": 0, "recvs": 0, "sock": None, "header": None, "late": None}
+
+    def send(self, header, body=b""):
+        if header.get("op") == "loader_stream":
+            st["streams"] += 1
+            if st["streams"] == 2:
+                # Hold the second stream's request back, on a duplicate of
+                # its socket that outlives the loader's close.
+                st["sock"] = socket.socket(fileno=os.dup(self.sock.fileno()))
+                st["header"] = header
+                return
+        return real_send(self, header, body)
+
+    def recv(self):
+        st["recvs"] += 1
+        if st["recvs"] == 2 or (st["sock"] is not None and st["late"] is None):
+            raise KeyboardInterrupt
+        return real_recv(self)
+
+    def call(self, header, body=b"", fds=()):
+        rep = real_call(self, header, body, fds)
+        if header.get("op") in ("loader_restore", "loader_set_epoch") and st["sock"] is not None \
+                and st["late"] is None:
+            # The engine reads the abandoned stream's request only now,
+            # after the rewind.
+            _engine.send_request(st["sock"], st["header"])
+            st["sock"].settimeout(30)
+            st["late"] = st["sock"].recv(1 << 16)
+        return rep
+
+    monkeypatch.setattr(_engine.Pipe, "send", send)
+    monkeypatch.setattr(_engine.Pipe, "recv", recv)
+    monkeypatch.setattr(_engine.Engine, "call", call)
+    got = []
+    while True:
+        try:
+            for b in L:
+                got.append(b.indices.tolist())
+            break
+        except KeyboardInterrupt:
+            continue
+    st["sock"].close()
+    assert b"reclaimed" in st["late"], st["late"][:200]
+    assert got == ref
+
 
 def test_batches_dying_in_a_forked_child_do_not_free_the_parents_slots(gen):
     path, n = gen
