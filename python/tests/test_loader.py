@@ -200,6 +200,19 @@ def test_bad_data_raises_with_the_go_message(gen, tmp_path):
         ffkit.Loader(path, batch_size=0)
 
 
+def _indices_through_interrupts(L):
+    """The batches' indices of one epoch, iterating again after each
+    KeyboardInterrupt as a training loop that survives Ctrl-C would."""
+    got = []
+    while True:
+        try:
+            for b in L:
+                got.append(b.indices.tolist())
+            return got
+        except KeyboardInterrupt:
+            continue
+
+
 def test_interrupted_wait_loses_no_batch(gen, monkeypatch):
     """Ctrl-C while waiting for a batch: the stream is dropped, and the next
     iteration continues exactly where the last handed-out batch left off."""
@@ -218,14 +231,7 @@ def test_interrupted_wait_loses_no_batch(gen, monkeypatch):
         return real(self)
 
     monkeypatch.setattr(_engine.Pipe, "recv", flaky)
-    got = []
-    while True:
-        try:
-            for b in L:
-                got.append(b.indices.tolist())
-            break
-        except KeyboardInterrupt:
-            continue
+    got = _indices_through_interrupts(L)
     assert got == ref
     assert calls["n"] > 10
 
@@ -276,14 +282,7 @@ def test_stream_request_read_after_the_rewind_is_refused(gen, monkeypatch):
     monkeypatch.setattr(_engine.Pipe, "send", send)
     monkeypatch.setattr(_engine.Pipe, "recv", recv)
     monkeypatch.setattr(_engine.Engine, "call", call)
-    got = []
-    while True:
-        try:
-            for b in L:
-                got.append(b.indices.tolist())
-            break
-        except KeyboardInterrupt:
-            continue
+    got = _indices_through_interrupts(L)
     st["sock"].close()
     assert b"reclaimed" in st["late"], st["late"][:200]
     assert got == ref
