@@ -16,6 +16,7 @@ import (
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/array"
 	pq "github.com/parquet-go/parquet-go"
+	"github.com/parquet-go/parquet-go/encoding"
 	"golang.org/x/sync/errgroup"
 )
 
@@ -391,11 +392,11 @@ func parquetGoScan(ctx context.Context, path string, workers int) (int64, int64,
 	for _, rg := range pf.RowGroups() {
 		g.Go(func() error {
 			cc := rg.ColumnChunks()
-			vals, err := readDoubles(cc[valCol.ColumnIndex])
+			vals, err := readColumn(cc[valCol.ColumnIndex], (*encoding.Values).Double)
 			if err != nil {
 				return err
 			}
-			keys, err := readInt64s(cc[keyCol.ColumnIndex])
+			keys, err := readColumn(cc[keyCol.ColumnIndex], (*encoding.Values).Int64)
 			if err != nil {
 				return err
 			}
@@ -415,10 +416,12 @@ func parquetGoScan(ctx context.Context, path string, workers int) (int64, int64,
 	return rows.Load(), sum.Load(), err
 }
 
-func readDoubles(c pq.ColumnChunk) ([]float64, error) {
+// readColumn decodes every page of c with values (encoding.Values's Double,
+// Int64, ...) and appends the results.
+func readColumn[T any](c pq.ColumnChunk, values func(*encoding.Values) []T) ([]T, error) {
 	pages := c.Pages()
 	defer pages.Close()
-	var out []float64
+	var out []T
 	for {
 		p, err := pages.ReadPage()
 		if err == io.EOF {
@@ -428,25 +431,7 @@ func readDoubles(c pq.ColumnChunk) ([]float64, error) {
 			return nil, err
 		}
 		d := p.Data()
-		out = append(out, d.Double()...)
-		pq.Release(p)
-	}
-}
-
-func readInt64s(c pq.ColumnChunk) ([]int64, error) {
-	pages := c.Pages()
-	defer pages.Close()
-	var out []int64
-	for {
-		p, err := pages.ReadPage()
-		if err == io.EOF {
-			return out, nil
-		}
-		if err != nil {
-			return nil, err
-		}
-		d := p.Data()
-		out = append(out, d.Int64()...)
+		out = append(out, values(&d)...)
 		pq.Release(p)
 	}
 }
