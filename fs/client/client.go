@@ -315,6 +315,20 @@ func (c *Client) chain(r *proto.Routing, id ChainID) (*proto.Chain, error) {
 	return ch, nil
 }
 
+// chainTarget looks up chain and one of its targets in r (the replica
+// tools address a target directly).
+func (c *Client) chainTarget(r *proto.Routing, chain ChainID, target proto.TargetID) (*proto.Chain, proto.ChainTarget, error) {
+	ch, err := c.chain(r, chain)
+	if err != nil {
+		return nil, proto.ChainTarget{}, err
+	}
+	t, ok := ch.Target(target)
+	if !ok {
+		return nil, proto.ChainTarget{}, fmt.Errorf("%w: target %d is not in chain %d", ErrBadRequest, target, chain)
+	}
+	return ch, t, nil
+}
+
 func (c *Client) update(ctx context.Context, what string, req proto.WriteReq, data []byte) error {
 	req.Tag = proto.Tag{Client: c.clientID, Seq: c.seq.Add(1)}
 	return c.retry(ctx, what, func(ctx context.Context, r *proto.Routing) error {
@@ -772,13 +786,9 @@ func (c *Client) routed(ctx context.Context, fn func(r *proto.Routing) error) er
 }
 
 func (c *Client) replicaChunks(ctx context.Context, r *proto.Routing, chain ChainID, target proto.TargetID, inode uint64) ([]proto.ChunkMeta, error) {
-	ch, err := c.chain(r, chain)
+	ch, t, err := c.chainTarget(r, chain, target)
 	if err != nil {
 		return nil, err
-	}
-	t, ok := ch.Target(target)
-	if !ok {
-		return nil, fmt.Errorf("%w: target %d is not in chain %d", ErrBadRequest, target, chain)
 	}
 	var resp proto.ListChunksResp
 	if _, err := c.call(ctx, r, t.Node, proto.MListChunks, proto.ListChunksReq{Chain: chain, ChainVer: ch.Version, Target: target, Inode: inode}, nil, &resp); err != nil {
@@ -801,13 +811,9 @@ func (c *Client) ReadReplica(ctx context.Context, chain ChainID, target proto.Ta
 }
 
 func (c *Client) readReplica(ctx context.Context, r *proto.Routing, chain ChainID, target proto.TargetID, chunk ChunkID, off, n int64) ([]byte, error) {
-	ch, err := c.chain(r, chain)
+	ch, t, err := c.chainTarget(r, chain, target)
 	if err != nil {
 		return nil, err
-	}
-	t, ok := ch.Target(target)
-	if !ok {
-		return nil, fmt.Errorf("%w: target %d is not in chain %d", ErrBadRequest, target, chain)
 	}
 	var resp proto.BatchReadResp
 	io := proto.ReadIO{Chain: chain, ChainVer: ch.Version, Target: target, Chunk: chunk, Off: off, Len: n}
