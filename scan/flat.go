@@ -41,6 +41,7 @@ type flatScratch struct {
 	vals   []byte  // values of a chunk of several pages, or with nulls
 	dict   []byte  // dictionary values
 	levels []uint8 // definition levels of a page
+	rawLev []byte  // a v2 page's encoded definition levels (copied out of the page)
 	idx    []int32 // dictionary indices of a page
 	valid  []byte  // validity bitmap (nulls only)
 	tmp    []byte  // a dictionary page's values before nulls are spread
@@ -187,6 +188,82 @@ func (pf *File) flatWidth(col int) int {
 	return 0
 }
 
+// badf reports corrupt bytes in the column chunk being decoded.
+type badf func(format string, a ...any) error
+
+// nextPage decodes the page header at the start of raw, the unread rest of
+// chunk, and returns it with the page's body and what follows the page.
+func nextPage(proto *thrift.CompactProtocol, chunk, raw []byte, bad badf) (h format.PageHeader, body, rest []byte, err error) {
+	pr := proto.NewReaderFromBytes(raw)
+	if err := thrift.NewDecoder(pr).Decode(&h); err != nil {
+		return h, nil, nil, bad("page header at byte %d: %v", len(chunk)-len(raw), err)
+	}
+	raw = raw[pr.BytesRead():]
+	if h.CompressedPageSize < 0 || int(h.CompressedPageSize) > len(raw) {
+		return h, nil, nil, bad("page of %d bytes overruns the chunk (%d left)", h.CompressedPageSize, len(raw))
+	}
+	return h, raw[:h.CompressedPageSize], raw[h.CompressedPageSize:], nil
+}
+
+// inflate is decompress naming what failed: errDecline passes through,
+// any other error is corrupt data.
+func (s *flatScratch) inflate(codec compress.Compression, body []byte, size int, what string, bad badf) ([]byte, error) {
+	p, err := s.decompress(codec, body, size)
+	if err != nil && err != errDecline {
+		return nil, bad("%s: %v", what, err)
+	}
+	return p, err
+}
+
+// dataPage decompresses a data page (v1 or v2) and splits off its
+// definition levels (nil when maxDef is 0). It returns the page's value
+// count (nulls included) and encoding. Neither levels nor data is a view of
+// the file's mapping. errDecline: levels this decoder does not read.
+func (s *flatScratch) dataPage(codec compress.Compression, h *format.PageHeader, body []byte, maxDef int16, bad badf) (n int, enc format.Encoding, levels, data []byte, err error) {
+	if h.Type == format.DataPage {
+		dh := h.DataPageHeader.V
+		if !h.DataPageHeader.Valid {
+			return 0, 0, nil, nil, bad("data page without its header")
+		}
+		if data, err = s.inflate(codec, body, int(h.UncompressedPageSize), "page", bad); err != nil {
+			return 0, 0, nil, nil, err
+		}
+		if maxDef > 0 {
+			if dh.DefinitionLevelEncoding != format.RLE || len(data) < 4 {
+				return 0, 0, nil, nil, errDecline
+			}
+			l := int(binary.LittleEndian.Uint32(data))
+			if l < 0 || 4+l > len(data) {
+				return 0, 0, nil, nil, bad("definition levels of %d bytes in a %d-byte page", l, len(data))
+			}
+			levels, data = data[4:4+l], data[4+l:]
+		}
+		return int(dh.NumValues), dh.Encoding, levels, data, nil
+	}
+	dh := h.DataPageHeaderV2.V
+	if !h.DataPageHeaderV2.Valid {
+		return 0, 0, nil, nil, bad("data page without its header")
+	}
+	rl, dl := int(dh.RepetitionLevelsByteLength), int(dh.DefinitionLevelsByteLength)
+	if rl != 0 || dl < 0 || dl > len(body) {
+		return 0, 0, nil, nil, bad("levels of %d+%d bytes in a %d-byte page", rl, dl, len(body))
+	}
+	s.rawLev = append(s.rawLev[:0], body[:dl]...)
+	if maxDef > 0 {
+		levels = s.rawLev
+	}
+	body = body[dl:]
+	if !dh.IsCompressed.Valid || dh.IsCompressed.V {
+		if data, err = s.inflate(codec, body, int(h.UncompressedPageSize)-dl, "page", bad); err != nil {
+			return 0, 0, nil, nil, err
+		}
+	} else {
+		s.page = append(s.page[:0], body...)
+		data = s.page
+	}
+	return int(dh.NumValues), dh.Encoding, levels, data, nil
+}
+
 // decodeFlat decodes the whole chunk of column col in row group rg. vals
 // holds rows*width bytes (a null row's bytes are zero); valid is nil when
 // no row is null. Both alias s's buffers: they stay valid until s is
@@ -219,9 +296,9 @@ func (pf *File) decodeFlat(rg, col int, s *flatScratch) (vals, valid []byte, nul
 		return nil, nil, 0, errDecline
 	}
 	name := pf.Schema.Field(col).Name
-	bad := func(format string, a ...any) error {
+	bad := badf(func(format string, a ...any) error {
 		return corruptf(pf.Path, fmt.Errorf("row group %d column %q: %s", rg, name, fmt.Sprintf(format, a...)))
-	}
+	})
 	start, end := chunkRange(cc)
 	chunk, err := pf.chunkBytes(start, end, &s.raw)
 	if err != nil {
@@ -235,29 +312,20 @@ func (pf *File) decodeFlat(rg, col int, s *flatScratch) (vals, valid []byte, nul
 	haveDict := false
 	s.valid = s.valid[:0]
 	for len(raw) > 0 && pos < rows {
-		var h format.PageHeader
-		pr := proto.NewReaderFromBytes(raw)
-		if err := thrift.NewDecoder(pr).Decode(&h); err != nil {
-			return nil, nil, 0, bad("page header at byte %d: %v", len(chunk)-len(raw), err)
+		h, body, rest, err := nextPage(&proto, chunk, raw, bad)
+		if err != nil {
+			return nil, nil, 0, err
 		}
-		raw = raw[pr.BytesRead():]
-		if h.CompressedPageSize < 0 || int(h.CompressedPageSize) > len(raw) {
-			return nil, nil, 0, bad("page of %d bytes overruns the chunk (%d left)", h.CompressedPageSize, len(raw))
-		}
-		body := raw[:h.CompressedPageSize]
-		raw = raw[h.CompressedPageSize:]
+		raw = rest
 		switch h.Type {
 		case format.DictionaryPage:
 			dh := h.DictionaryPageHeader.V
 			if !h.DictionaryPageHeader.Valid || (dh.Encoding != format.Plain && dh.Encoding != format.PlainDictionary) {
 				return nil, nil, 0, errDecline
 			}
-			p, err := s.decompress(codec, body, int(h.UncompressedPageSize))
+			p, err := s.inflate(codec, body, int(h.UncompressedPageSize), "dictionary page", bad)
 			if err != nil {
-				if err == errDecline {
-					return nil, nil, 0, err
-				}
-				return nil, nil, 0, bad("dictionary page: %v", err)
+				return nil, nil, 0, err
 			}
 			if int(dh.NumValues) < 0 || int(dh.NumValues)*width > len(p) {
 				return nil, nil, 0, bad("dictionary of %d values in %d bytes", dh.NumValues, len(p))
@@ -269,60 +337,9 @@ func (pf *File) decodeFlat(rg, col int, s *flatScratch) (vals, valid []byte, nul
 		default:
 			continue // index pages and the like
 		}
-		var n int // values (rows, nulls included) in the page
-		var enc format.Encoding
-		var levels, data []byte
-		if h.Type == format.DataPage {
-			dh := h.DataPageHeader.V
-			if !h.DataPageHeader.Valid {
-				return nil, nil, 0, bad("data page without its header")
-			}
-			n, enc = int(dh.NumValues), dh.Encoding
-			p, err := s.decompress(codec, body, int(h.UncompressedPageSize))
-			if err != nil {
-				if err == errDecline {
-					return nil, nil, 0, err
-				}
-				return nil, nil, 0, bad("page: %v", err)
-			}
-			data = p
-			if maxDef > 0 {
-				if dh.DefinitionLevelEncoding != format.RLE || len(p) < 4 {
-					return nil, nil, 0, errDecline
-				}
-				l := int(binary.LittleEndian.Uint32(p))
-				if l < 0 || 4+l > len(p) {
-					return nil, nil, 0, bad("definition levels of %d bytes in a %d-byte page", l, len(p))
-				}
-				levels, data = p[4:4+l], p[4+l:]
-			}
-		} else {
-			dh := h.DataPageHeaderV2.V
-			if !h.DataPageHeaderV2.Valid {
-				return nil, nil, 0, bad("data page without its header")
-			}
-			n, enc = int(dh.NumValues), dh.Encoding
-			rl, dl := int(dh.RepetitionLevelsByteLength), int(dh.DefinitionLevelsByteLength)
-			if rl != 0 || dl < 0 || dl > len(body) {
-				return nil, nil, 0, bad("levels of %d+%d bytes in a %d-byte page", rl, dl, len(body))
-			}
-			levels, body = body[:dl], body[dl:]
-			if maxDef == 0 {
-				levels = nil
-			}
-			if !dh.IsCompressed.Valid || dh.IsCompressed.V {
-				p, err := s.decompress(codec, body, int(h.UncompressedPageSize)-dl)
-				if err != nil {
-					if err == errDecline {
-						return nil, nil, 0, err
-					}
-					return nil, nil, 0, bad("page: %v", err)
-				}
-				data = p
-			} else {
-				s.page = append(s.page[:0], body...) // not a view of the mapping
-				data = s.page
-			}
+		n, enc, levels, data, err := s.dataPage(codec, &h, body, maxDef, bad)
+		if err != nil {
+			return nil, nil, 0, err
 		}
 		if n < 0 || pos+n > rows {
 			return nil, nil, 0, bad("pages hold more than %d rows", rows)

@@ -56,9 +56,9 @@ func (pf *File) dictArray(rg, col int) (arr arrow.Array, err error) {
 		return nil, errDecline
 	}
 	name := pf.Schema.Field(col).Name
-	bad := func(format string, a ...any) error {
+	bad := badf(func(format string, a ...any) error {
 		return corruptf(pf.Path, fmt.Errorf("row group %d column %q: %s", rg, name, fmt.Sprintf(format, a...)))
-	}
+	})
 	s := getScratch()
 	defer putScratch(s)
 	start, end := chunkRange(cc)
@@ -82,32 +82,20 @@ func (pf *File) dictArray(rg, col int) (arr arrow.Array, err error) {
 	pos := 0
 	var proto thrift.CompactProtocol
 	for len(raw) > 0 && pos < rows {
-		var h format.PageHeader
-		pr := proto.NewReaderFromBytes(raw)
-		if err := thrift.NewDecoder(pr).Decode(&h); err != nil {
-			return nil, bad("page header at byte %d: %v", len(chunk)-len(raw), err)
+		h, body, rest, err := nextPage(&proto, chunk, raw, bad)
+		if err != nil {
+			return nil, err
 		}
-		raw = raw[pr.BytesRead():]
-		if h.CompressedPageSize < 0 || int(h.CompressedPageSize) > len(raw) {
-			return nil, bad("page of %d bytes overruns the chunk (%d left)", h.CompressedPageSize, len(raw))
-		}
-		body := raw[:h.CompressedPageSize]
-		raw = raw[h.CompressedPageSize:]
-		var n int
-		var enc format.Encoding
-		var levels, data []byte
+		raw = rest
 		switch h.Type {
 		case format.DictionaryPage:
 			dh := h.DictionaryPageHeader.V
 			if !h.DictionaryPageHeader.Valid || dict != nil || (dh.Encoding != format.Plain && dh.Encoding != format.PlainDictionary) {
 				return nil, errDecline
 			}
-			p, err := s.decompress(codec, body, int(h.UncompressedPageSize))
+			p, err := s.inflate(codec, body, int(h.UncompressedPageSize), "dictionary page", bad)
 			if err != nil {
-				if err == errDecline {
-					return nil, err
-				}
-				return nil, bad("dictionary page: %v", err)
+				return nil, err
 			}
 			nd = int(dh.NumValues)
 			if nd < 0 || nd > len(p)/4 {
@@ -133,66 +121,16 @@ func (pf *File) dictArray(rg, col int) (arr arrow.Array, err error) {
 			dict = array.MakeFromData(ad)
 			ad.Release()
 			continue
-		case format.DataPage:
-			dh := h.DataPageHeader.V
-			if !h.DataPageHeader.Valid {
-				return nil, bad("data page without its header")
-			}
-			n, enc = int(dh.NumValues), dh.Encoding
-			if enc != format.PlainDictionary && enc != format.RLEDictionary {
-				return nil, errDecline
-			}
-			p, err := s.decompress(codec, body, int(h.UncompressedPageSize))
-			if err != nil {
-				if err == errDecline {
-					return nil, err
-				}
-				return nil, bad("page: %v", err)
-			}
-			data = p
-			if maxDef > 0 {
-				if dh.DefinitionLevelEncoding != format.RLE || len(p) < 4 {
-					return nil, errDecline
-				}
-				l := int(binary.LittleEndian.Uint32(p))
-				if l < 0 || 4+l > len(p) {
-					return nil, bad("definition levels of %d bytes in a %d-byte page", l, len(p))
-				}
-				levels, data = p[4:4+l], p[4+l:]
-			}
-		case format.DataPageV2:
-			dh := h.DataPageHeaderV2.V
-			if !h.DataPageHeaderV2.Valid {
-				return nil, bad("data page without its header")
-			}
-			n, enc = int(dh.NumValues), dh.Encoding
-			if enc != format.PlainDictionary && enc != format.RLEDictionary {
-				return nil, errDecline
-			}
-			rl, dl := int(dh.RepetitionLevelsByteLength), int(dh.DefinitionLevelsByteLength)
-			if rl != 0 || dl < 0 || dl > len(body) {
-				return nil, bad("levels of %d+%d bytes in a %d-byte page", rl, dl, len(body))
-			}
-			levels, body = append(s.tmp[:0], body[:dl]...), body[dl:]
-			s.tmp = levels
-			if maxDef == 0 {
-				levels = nil
-			}
-			if !dh.IsCompressed.Valid || dh.IsCompressed.V {
-				p, err := s.decompress(codec, body, int(h.UncompressedPageSize)-dl)
-				if err != nil {
-					if err == errDecline {
-						return nil, err
-					}
-					return nil, bad("page: %v", err)
-				}
-				data = p
-			} else {
-				s.page = append(s.page[:0], body...)
-				data = s.page
-			}
+		case format.DataPage, format.DataPageV2:
 		default:
-			continue
+			continue // index pages and the like
+		}
+		n, enc, levels, data, err := s.dataPage(codec, &h, body, maxDef, bad)
+		if err != nil {
+			return nil, err
+		}
+		if enc != format.PlainDictionary && enc != format.RLEDictionary {
+			return nil, errDecline
 		}
 		if dict == nil {
 			return nil, bad("dictionary-encoded page without a dictionary page")
