@@ -60,53 +60,42 @@ for codec in ["NONE", "SNAPPY", "GZIP", "ZSTD", "LZ4"]:
 		CASE WHEN i %% 3 = 0 THEN NULL ELSE i * 0.5 END::DOUBLE AS f64, (i %% 9)::FLOAT AS f32, DATE '2021-03-01' + (i %% 30)::INTEGER AS d
 		FROM range(30000) t(i)) TO '%s' (FORMAT parquet, COMPRESSION zstd, ROW_GROUP_SIZE 12000)`, duck)
 	files = append(files, duck)
-	decoded, declined := 0, 0
-	for _, path := range append(files, lz4...) {
-		pf, err := OpenFile(bg, path, nil)
+	decoded, declined := forEachChunk(t, append(files, lz4...), func(path string, pf *File, rg, c int) bool {
+		s := getScratch()
+		vals, valid, nulls, err := pf.decodeFlat(rg, c, s)
+		if err == errDecline {
+			putScratch(s)
+			if !strings.Contains(path, "LZ4") {
+				t.Errorf("%s rg %d col %s: declined", path, rg, pf.Schema.Field(c).Name)
+			}
+			return false
+		}
+		if err != nil {
+			t.Fatalf("%s rg %d col %d: %v", path, rg, c, err)
+		}
+		rec := generalColumn(t, pf, rg, c)
+		want := rec.Column(0)
+		got := viewArray(pf.Schema.Field(c).Type, want.Len(), vals, valid, nulls)
+		if !array.Equal(got, want) {
+			t.Fatalf("%s rg %d col %s: flat decoder differs from arrow-go\n got %v\nwant %v", path, rg, pf.Schema.Field(c).Name, got, want)
+		}
+		if want.NullN() != nulls {
+			t.Fatalf("%s rg %d col %s: %d nulls, want %d", path, rg, pf.Schema.Field(c).Name, nulls, want.NullN())
+		}
+		got.Release()
+		putScratch(s)
+		// the array-owning form ReadRowGroup uses
+		owned, err := pf.flatArray(rg, c)
 		if err != nil {
 			t.Fatal(err)
 		}
-		for rg := 0; rg < pf.NumRowGroups(); rg++ {
-			for c := 0; c < pf.Schema.NumFields(); c++ {
-				s := getScratch()
-				vals, valid, nulls, err := pf.decodeFlat(rg, c, s)
-				if err == errDecline {
-					declined++
-					putScratch(s)
-					if !strings.Contains(path, "LZ4") {
-						t.Errorf("%s rg %d col %s: declined", path, rg, pf.Schema.Field(c).Name)
-					}
-					continue
-				}
-				if err != nil {
-					t.Fatalf("%s rg %d col %d: %v", path, rg, c, err)
-				}
-				decoded++
-				rec := generalColumn(t, pf, rg, c)
-				want := rec.Column(0)
-				got := viewArray(pf.Schema.Field(c).Type, want.Len(), vals, valid, nulls)
-				if !array.Equal(got, want) {
-					t.Fatalf("%s rg %d col %s: flat decoder differs from arrow-go\n got %v\nwant %v", path, rg, pf.Schema.Field(c).Name, got, want)
-				}
-				if want.NullN() != nulls {
-					t.Fatalf("%s rg %d col %s: %d nulls, want %d", path, rg, pf.Schema.Field(c).Name, nulls, want.NullN())
-				}
-				got.Release()
-				putScratch(s)
-				// the array-owning form ReadRowGroup uses
-				owned, err := pf.flatArray(rg, c)
-				if err != nil {
-					t.Fatal(err)
-				}
-				if !array.Equal(owned, want) {
-					t.Fatalf("%s rg %d col %s: flatArray differs from arrow-go", path, rg, pf.Schema.Field(c).Name)
-				}
-				owned.Release()
-				rec.Release()
-			}
+		if !array.Equal(owned, want) {
+			t.Fatalf("%s rg %d col %s: flatArray differs from arrow-go", path, rg, pf.Schema.Field(c).Name)
 		}
-		pf.Close()
-	}
+		owned.Release()
+		rec.Release()
+		return true
+	})
 	t.Logf("%d column chunks decoded, %d declined", decoded, declined)
 	if decoded == 0 {
 		t.Fatal("nothing decoded")
@@ -228,7 +217,41 @@ for codec in ["NONE", "SNAPPY", "GZIP", "ZSTD"]:
 	mustExec(t, db, `COPY (SELECT CASE WHEN i %% 4 = 0 THEN NULL ELSE 'v' || (i %% 9)::VARCHAR END AS s FROM range(50000) t(i))
 		TO '%s' (FORMAT parquet, COMPRESSION zstd, ROW_GROUP_SIZE 20000)`, duck)
 	files = append(files, duck)
-	decoded, declined := 0, 0
+	decoded, declined := forEachChunk(t, files, func(path string, pf *File, rg, c int) bool {
+		got, err := pf.dictArray(rg, c)
+		if err == errDecline {
+			if pf.Schema.Field(c).Name != "u" {
+				t.Errorf("%s rg %d col %s: declined", path, rg, pf.Schema.Field(c).Name)
+			}
+			return false
+		}
+		if err != nil {
+			t.Fatalf("%s rg %d col %d: %v", path, rg, c, err)
+		}
+		rec := generalColumn(t, pf, rg, c)
+		plain, err := undict(got.(*array.Dictionary), pf.Schema.Field(c).Type)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !array.Equal(plain, rec.Column(0)) || got.NullN() != rec.Column(0).NullN() {
+			t.Fatalf("%s rg %d col %s: dictArray differs from arrow-go", path, rg, pf.Schema.Field(c).Name)
+		}
+		plain.Release()
+		got.Release()
+		rec.Release()
+		return true
+	})
+	t.Logf("%d string chunks decoded, %d declined", decoded, declined)
+	if decoded == 0 {
+		t.Fatal("nothing decoded")
+	}
+}
+
+// forEachChunk opens each file and calls check on every column chunk of
+// every row group; check reports false when the decoder declined the
+// chunk. It returns how many chunks were decoded and declined.
+func forEachChunk(t *testing.T, files []string, check func(path string, pf *File, rg, c int) bool) (decoded, declined int) {
+	t.Helper()
 	for _, path := range files {
 		pf, err := OpenFile(bg, path, nil)
 		if err != nil {
@@ -236,37 +259,16 @@ for codec in ["NONE", "SNAPPY", "GZIP", "ZSTD"]:
 		}
 		for rg := 0; rg < pf.NumRowGroups(); rg++ {
 			for c := 0; c < pf.Schema.NumFields(); c++ {
-				got, err := pf.dictArray(rg, c)
-				if err == errDecline {
+				if check(path, pf, rg, c) {
+					decoded++
+				} else {
 					declined++
-					if pf.Schema.Field(c).Name != "u" {
-						t.Errorf("%s rg %d col %s: declined", path, rg, pf.Schema.Field(c).Name)
-					}
-					continue
 				}
-				if err != nil {
-					t.Fatalf("%s rg %d col %d: %v", path, rg, c, err)
-				}
-				decoded++
-				rec := generalColumn(t, pf, rg, c)
-				plain, err := undict(got.(*array.Dictionary), pf.Schema.Field(c).Type)
-				if err != nil {
-					t.Fatal(err)
-				}
-				if !array.Equal(plain, rec.Column(0)) || got.NullN() != rec.Column(0).NullN() {
-					t.Fatalf("%s rg %d col %s: dictArray differs from arrow-go", path, rg, pf.Schema.Field(c).Name)
-				}
-				plain.Release()
-				got.Release()
-				rec.Release()
 			}
 		}
 		pf.Close()
 	}
-	t.Logf("%d string chunks decoded, %d declined", decoded, declined)
-	if decoded == 0 {
-		t.Fatal("nothing decoded")
-	}
+	return decoded, declined
 }
 
 // generalColumn reads column c of row group rg with the fast decoders
