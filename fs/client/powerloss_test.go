@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ffkit/ffkit/fs/fstest"
 	"github.com/ffkit/ffkit/fs/kv/memkv"
 	"github.com/ffkit/ffkit/fs/mgmtd"
 	"github.com/ffkit/ffkit/fs/proto"
@@ -57,15 +58,7 @@ func TestPowerLoss(t *testing.T) {
 	for n := 1; n <= 3; n++ {
 		start(n)
 	}
-	waitReady := func() {
-		t.Helper()
-		rctx, cancel := context.WithTimeout(ctx, 15*time.Second)
-		defer cancel()
-		if err := m.WaitReady(rctx); err != nil {
-			t.Fatal(err)
-		}
-	}
-	waitReady()
+	fstest.WaitReady(t, m, 15*time.Second)
 	cl, err := Dial(ctx, []string{m.Addr()}, Options{Token: "tok", RetryTimeout: 20 * time.Second, RequestTimeout: time.Second, RefreshInterval: 50 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
@@ -104,7 +97,7 @@ func TestPowerLoss(t *testing.T) {
 		for _, v := range victims {
 			start(v + 1)
 		}
-		waitReady()
+		fstest.WaitReady(t, m, 15*time.Second)
 		var reads []ChunkRead
 		for id, b := range model {
 			reads = append(reads, ChunkRead{Chain: chainOf(id), Chunk: id, Buf: make([]byte, len(b))})

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/ffkit/ffkit/fs/client"
+	"github.com/ffkit/ffkit/fs/fstest"
 	"github.com/ffkit/ffkit/fs/kv/memkv"
 	"github.com/ffkit/ffkit/fs/mgmtd"
 	"github.com/ffkit/ffkit/fs/proto"
@@ -37,11 +38,7 @@ func twoReplicas(t *testing.T) (*client.Client, *proto.Chain, map[proto.TargetID
 		t.Cleanup(func() { s.Close() })
 		targets[proto.TargetID(n)] = s.targets[proto.TargetID(n)]
 	}
-	rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	if err := m.WaitReady(rctx); err != nil {
-		t.Fatal(err)
-	}
+	fstest.WaitReady(t, m, 10*time.Second)
 	cl, err := client.Dial(ctx, []string{m.Addr()}, client.Options{Token: "tok", RetryTimeout: 10 * time.Second})
 	if err != nil {
 		t.Fatal(err)

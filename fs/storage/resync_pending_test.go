@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/ffkit/ffkit/fs/client"
+	"github.com/ffkit/ffkit/fs/fstest"
 	"github.com/ffkit/ffkit/fs/kv/memkv"
 	"github.com/ffkit/ffkit/fs/mgmtd"
 	"github.com/ffkit/ffkit/fs/proto"
@@ -44,17 +45,9 @@ func TestResyncFinishesPendingOfLastServing(t *testing.T) {
 			s.Close()
 		}
 	}()
-	waitReady := func() {
-		t.Helper()
-		rctx, cancel := context.WithTimeout(ctx, 15*time.Second)
-		defer cancel()
-		if err := m.WaitReady(rctx); err != nil {
-			t.Fatal(err)
-		}
-	}
 	start(1)
 	start(2)
-	waitReady()
+	fstest.WaitReady(t, m, 15*time.Second)
 	cl, err := client.Dial(ctx, []string{m.Addr()}, client.Options{Token: "tok", RetryTimeout: 10 * time.Second,
 		RequestTimeout: time.Second, RefreshInterval: 50 * time.Millisecond})
 	if err != nil {
@@ -85,7 +78,7 @@ func TestResyncFinishesPendingOfLastServing(t *testing.T) {
 	time.Sleep(600 * time.Millisecond) // mgmtd notices
 	start(1)
 	start(2)
-	waitReady()
+	fstest.WaitReady(t, m, 15*time.Second)
 	for n := 1; n <= 2; n++ {
 		ts := services[n].targets[proto.TargetID(n)]
 		b, mt := content(t, ts, id)
