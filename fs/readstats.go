@@ -22,16 +22,19 @@ type ReadStats struct {
 	IOs int64 `json:"ios"`
 	// Bytes is the number of bytes those requests asked for.
 	Bytes int64 `json:"bytes"`
+	// LocalBytes is the part of Bytes read by short-circuit reads of
+	// chunk files on this host, not sent over a connection.
+	LocalBytes int64 `json:"local_bytes"`
 }
 
 // Add returns s + o.
 func (s ReadStats) Add(o ReadStats) ReadStats {
-	return ReadStats{Calls: s.Calls + o.Calls, Requests: s.Requests + o.Requests, IOs: s.IOs + o.IOs, Bytes: s.Bytes + o.Bytes}
+	return ReadStats{Calls: s.Calls + o.Calls, Requests: s.Requests + o.Requests, IOs: s.IOs + o.IOs, Bytes: s.Bytes + o.Bytes, LocalBytes: s.LocalBytes + o.LocalBytes}
 }
 
 // Sub returns s - o.
 func (s ReadStats) Sub(o ReadStats) ReadStats {
-	return ReadStats{Calls: s.Calls - o.Calls, Requests: s.Requests - o.Requests, IOs: s.IOs - o.IOs, Bytes: s.Bytes - o.Bytes}
+	return ReadStats{Calls: s.Calls - o.Calls, Requests: s.Requests - o.Requests, IOs: s.IOs - o.IOs, Bytes: s.Bytes - o.Bytes, LocalBytes: s.LocalBytes - o.LocalBytes}
 }
 
 // BytesPerRequest is Bytes / Requests (0 without requests).

@@ -51,8 +51,11 @@ type fsSide struct {
 	// storage request (cluster only).
 	RequestsPerBatch float64 `json:"requests_per_batch,omitempty"`
 	BytesPerRequest  float64 `json:"bytes_per_request,omitempty"`
-	Cache            string  `json:"cache,omitempty"`
-	Error            string  `json:"error,omitempty"`
+	// LocalShare is the part of those bytes read by short-circuit reads
+	// of chunk files on this host (client.Options.NoLocalReads).
+	LocalShare float64 `json:"local_share"`
+	Cache      string  `json:"cache,omitempty"`
+	Error      string  `json:"error,omitempty"`
 }
 
 type fsRow struct {
@@ -385,6 +388,9 @@ func (b *fsBench) nativeSide(ctx context.Context, rw string, bs int64, threads, 
 	if hasStats && (rw == "read" || rw == "randread") {
 		d := cs.Chunks().ReadStats().Sub(before)
 		side.RequestsPerBatch, side.BytesPerRequest = d.RequestsPerCall(), d.BytesPerRequest()
+		if d.Bytes > 0 {
+			side.LocalShare = float64(d.LocalBytes) / float64(d.Bytes)
+		}
 	}
 	side.MiBPerSec, side.Bytes, side.Seconds = res.MiBPerSec, res.Bytes, res.Seconds
 	side.IOPS = res.BytesPerSec / float64(bs)
@@ -589,8 +595,8 @@ func printFSBench(rep *fsBenchReport) error {
 			}
 		}
 		if r.Native != nil && r.Native.RequestsPerBatch > 0 {
-			t.Notes = append(t.Notes, fmt.Sprintf("%s, %d thread(s), native: %.1f storage requests per ReadBatch, %s per request",
-				r.Test, r.Threads, r.Native.RequestsPerBatch, bench.FormatBytes(int64(r.Native.BytesPerRequest))))
+			t.Notes = append(t.Notes, fmt.Sprintf("%s, %d thread(s), native: %.1f storage requests per ReadBatch, %s per request, %.0f%% of the bytes read locally (short-circuit)",
+				r.Test, r.Threads, r.Native.RequestsPerBatch, bench.FormatBytes(int64(r.Native.BytesPerRequest)), 100*r.Native.LocalShare))
 		}
 		if r.Native != nil && r.Native.Error == "" && r.Threads > 1 {
 			t.Notes = append(t.Notes, fmt.Sprintf("%s, %d threads, native: aggregate %.1f MiB/s, naive sum of per-thread rates %.1f MiB/s",

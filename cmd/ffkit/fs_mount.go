@@ -40,6 +40,10 @@ every other client once the file is closed, and an open sees the latest
 closed state. --attr-timeout > 0 lets the kernel cache names and attributes
 for that long (fewer metadata round trips, staler views).
 
+Reads of 64 KiB or more from a storage service on this host are
+short-circuit reads of its chunk files (checked against their block CRCs);
+FFKIT_LOCAL_READS=0 sends them over the connection instead.
+
 A call into the storage that takes longer than --timeout fails with
 ETIMEDOUT, so a mount whose cluster went away returns errors instead of
 hanging its callers.`,

@@ -63,6 +63,7 @@ func newFSStorageCmd() *cobra.Command {
 		node                                 uint32
 		targets                              []string
 		timers                               clusterTimers
+		noLocal                              bool
 	)
 	c := &cobra.Command{
 		Use:   "storage --mgmtd ffkit://HOST:PORT --node N --target DIR [--target DIR ...]",
@@ -76,6 +77,12 @@ stops serving by itself if mgmtd is unreachable for half the fail timeout.
 Durability: a write is acknowledged only after every replica has fsynced
 the new chunk version and made it current (rename + directory fsync), so
 acknowledged data survives kill -9 and power loss of any replica.
+
+Short-circuit reads: a client on this host (same boot and mount namespace)
+reading 64 KiB or more gets the committed chunk file's path and block CRCs
+instead of the bytes, and reads and checks the file itself (committed files
+never change). --no-local-reads refuses this; a client turns it off with
+FFKIT_LOCAL_READS=0.
 
 The token is --token-file, else $FFKIT_TOKEN, else the user's token file
 entry for the mgmtd URL. The first line on stdout is the service's address.`,
@@ -116,7 +123,7 @@ entry for the mgmtd URL. The first line on stdout is the service's address.`,
 			}
 			s, err := storage.Start(storage.Config{Node: proto.NodeID(node), Targets: tcs, Mgmtd: addrs, Token: token,
 				Listen: listen, MetricsListen: metrics, HeartbeatInterval: timers.heartbeat, FailTimeout: timers.failTimeout,
-				Faults: transport.FaultsFromEnv(), Logf: logger.Printf})
+				Faults: transport.FaultsFromEnv(), Logf: logger.Printf, NoLocalReads: noLocal})
 			if err != nil {
 				return err
 			}
@@ -133,6 +140,7 @@ entry for the mgmtd URL. The first line on stdout is the service's address.`,
 	c.Flags().StringVar(&listen, "listen", "127.0.0.1:0", "address to serve on")
 	c.Flags().StringVar(&tokenFile, "token-file", "", "file holding the cluster token")
 	c.Flags().StringVar(&metrics, "metrics-listen", "127.0.0.1:0", `Prometheus /metrics address ("" to disable)`)
+	c.Flags().BoolVar(&noLocal, "no-local-reads", false, "send every read's bytes over the connection, even to a client on this host")
 	timers.flags(c)
 	return c
 }

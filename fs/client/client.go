@@ -8,6 +8,7 @@ import (
 	"hash/crc32"
 	"io"
 	"math/rand/v2"
+	"os"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -72,6 +73,9 @@ type nodeLoad struct {
 	// level (dead, unreachable); reads avoid it until then, so that every
 	// batch does not pay a timeout before mgmtd reacts.
 	suspectUntil atomic.Int64
+	// noLocal: this node's chunk files are not readable here (permission
+	// denied): no more local reads from it.
+	noLocal atomic.Bool
 }
 
 func (n *nodeLoad) suspect() bool { return time.Now().UnixNano() < n.suspectUntil.Load() }
@@ -422,6 +426,10 @@ type span struct {
 	// the span is read again from it, verified there, so that the target
 	// finds (and repairs) a corrupt chunk, or the bytes were bad in flight.
 	verifyAt proto.TargetID
+	// noLocal: a local read of the span failed (its file was replaced by
+	// a newer version since the reply, or is not readable here): the span
+	// is read over the connection.
+	noLocal bool
 }
 
 // ReadChunks performs a batch of reads; see the package comment.
@@ -552,6 +560,9 @@ func (c *Client) readAttempt(ctx context.Context, r *proto.Routing, reads []Chun
 		// Large block-aligned reads are verified here, on bytes just
 		// received (see proto.ReadIO.Sums); the target does not read them.
 		sums = sums && n >= clientVerifyMin && sp.off%proto.BlockSize == 0
+		// And read from the chunk file itself when the target is on this
+		// host (proto.ReadIO.Local).
+		local := sums && !c.opts.NoLocalReads && !sp.noLocal && !c.node(best.Node).noLocal.Load() && proto.HostID() != ""
 		c.node(best.Node).inflight.Add(n)
 		bs := batches[best.Node]
 		if len(bs) == 0 || len(bs[len(bs)-1].ios) >= c.opts.MaxBatchIOs || bs[len(bs)-1].bytes+n > c.opts.MaxBatchBytes && len(bs[len(bs)-1].ios) > 0 {
@@ -560,7 +571,7 @@ func (c *Client) readAttempt(ctx context.Context, r *proto.Routing, reads []Chun
 		}
 		b := bs[len(bs)-1]
 		b.spans = append(b.spans, sp)
-		b.ios = append(b.ios, proto.ReadIO{Chain: sp.chain, ChainVer: ch.Version, Target: best.ID, Chunk: sp.chunk, Off: sp.off, Len: n, Sums: sums})
+		b.ios = append(b.ios, proto.ReadIO{Chain: sp.chain, ChainVer: ch.Version, Target: best.ID, Chunk: sp.chunk, Off: sp.off, Len: n, Sums: sums, Local: local})
 		b.bytes += n
 	}
 	var mu sync.Mutex // guards firstErr
@@ -608,12 +619,42 @@ func (c *Client) readAttempt(ctx context.Context, r *proto.Routing, reads []Chun
 
 func (c *Client) readBatch(ctx context.Context, r *proto.Routing, reads []ChunkRead, b *batch) error {
 	c.countReadRequest(len(b.ios), b.bytes)
+	req := proto.BatchReadReq{IOs: b.ios}
+	for _, io := range b.ios {
+		if io.Local {
+			req.Host = proto.HostID()
+		}
+	}
 	var resp proto.BatchReadResp
-	got := make([]int64, len(b.ios)) // bytes stored per IO, from the reply
-	bad := make([]bool, len(b.ios))  // bytes that failed the client's check
+	got := make([]int64, len(b.ios))    // bytes stored per IO, from the reply
+	bad := make([]bool, len(b.ios))     // bytes that failed the client's check
+	local := make([][]byte, len(b.ios)) // a local read's block CRCs
+	// deliver fills IO i's callers' buffers with res.N bytes from rd: a
+	// span read for one buffer at its offset lands in place; merged spans
+	// go through a scratch buffer and are scattered.
+	deliver := func(i int, n int64, rd io.Reader, sums []byte) error {
+		sp := b.spans[i]
+		if len(sp.members) == 1 && reads[sp.members[0]].Off == sp.off {
+			ok, err := readVerified(rd, reads[sp.members[0]].Buf[:n], sums)
+			bad[i] = !ok
+			return err
+		}
+		tmp := transport.GetBuffer(int(n))
+		defer transport.PutBuffer(tmp)
+		ok, err := readVerified(rd, tmp, sums)
+		bad[i] = !ok
+		if err == nil && ok {
+			for _, m := range sp.members {
+				q := &reads[m]
+				if lo := q.Off - sp.off; lo < n {
+					copy(q.Buf, tmp[lo:])
+				}
+			}
+		}
+		return err
+	}
 	// The reply's data goes straight from the connection into the callers'
-	// buffers: a span read for one buffer at its offset lands in place;
-	// merged spans go through a scratch buffer and are scattered.
+	// buffers; local reads are done once the reply is in.
 	sink := func(rd io.Reader, n int) error {
 		if len(resp.Results) != len(b.ios) {
 			return fmt.Errorf("%w: node %d answered %d results for %d reads", proto.ErrIO, b.node, len(resp.Results), len(b.ios))
@@ -621,10 +662,14 @@ func (c *Client) readBatch(ctx context.Context, r *proto.Routing, reads []ChunkR
 		total := int64(0)
 		for i, res := range resp.Results {
 			if res.N < 0 || res.N > b.ios[i].Len || (res.Code != "" && res.N != 0) ||
-				(res.Sums != 0 && (!b.ios[i].Sums || res.Sums != 4*((res.N+proto.BlockSize-1)/proto.BlockSize))) {
+				(res.Sums != 0 && (!b.ios[i].Sums || res.Sums != 4*((res.N+proto.BlockSize-1)/proto.BlockSize))) ||
+				(res.Path != "" && (!b.ios[i].Local || res.Sums == 0 || res.FileOff < 0)) {
 				return fmt.Errorf("%w: node %d sent a malformed read reply", proto.ErrIO, b.node)
 			}
-			total += res.Sums + res.N
+			total += res.Sums
+			if res.Path == "" {
+				total += res.N
+			}
 		}
 		if total != int64(n) {
 			return fmt.Errorf("%w: node %d sent %d data bytes for results totalling %d", proto.ErrIO, b.node, n, total)
@@ -633,7 +678,6 @@ func (c *Client) readBatch(ctx context.Context, r *proto.Routing, reads []ChunkR
 			if res.N == 0 {
 				continue
 			}
-			sp := b.spans[i]
 			var sums []byte
 			if res.Sums > 0 {
 				sums = make([]byte, res.Sums)
@@ -641,34 +685,18 @@ func (c *Client) readBatch(ctx context.Context, r *proto.Routing, reads []ChunkR
 					return err
 				}
 			}
-			if len(sp.members) == 1 && reads[sp.members[0]].Off == sp.off {
-				ok, err := readVerified(rd, reads[sp.members[0]].Buf[:res.N], sums)
-				if err != nil {
-					return err
-				}
-				bad[i] = !ok
-			} else {
-				tmp := transport.GetBuffer(int(res.N))
-				ok, err := readVerified(rd, tmp, sums)
-				bad[i] = !ok
-				if err == nil && ok {
-					for _, m := range sp.members {
-						q := &reads[m]
-						if lo := q.Off - sp.off; lo < res.N {
-							copy(q.Buf, tmp[lo:])
-						}
-					}
-				}
-				transport.PutBuffer(tmp)
-				if err != nil {
-					return err
-				}
+			if res.Path != "" {
+				local[i] = sums
+				continue
+			}
+			if err := deliver(i, res.N, rd, sums); err != nil {
+				return err
 			}
 			got[i] = res.N
 		}
 		return nil
 	}
-	err := c.callInto(ctx, r, b.node, proto.MBatchRead, proto.BatchReadReq{IOs: b.ios}, &resp, sink)
+	err := c.callInto(ctx, r, b.node, proto.MBatchRead, req, &resp, sink)
 	if err != nil {
 		for i, sp := range b.spans {
 			sp.failed[b.ios[i].Target] = true
@@ -679,9 +707,31 @@ func (c *Client) readBatch(ctx context.Context, r *proto.Routing, reads []ChunkR
 		}
 		return err
 	}
-	var firstErr error
+	var localErr error
+	for i, sums := range local {
+		if sums == nil {
+			continue
+		}
+		res := &resp.Results[i]
+		if err := c.readLocal(i, res, sums, deliver); err != nil {
+			// The span is read again over the connection.
+			b.spans[i].noLocal = true
+			if errors.Is(err, os.ErrPermission) {
+				c.node(b.node).noLocal.Store(true)
+			}
+			if localErr == nil {
+				localErr = fmt.Errorf("%w: %w (reading it from the target instead)", proto.ErrTargetOffline, err)
+			}
+			continue
+		}
+		got[i] = res.N
+	}
+	firstErr := localErr
 	for i, res := range resp.Results {
 		sp := b.spans[i]
+		if local[i] != nil && got[i] == 0 {
+			continue // the local read failed
+		}
 		if res.Code != "" {
 			e := error(&transport.RemoteError{Code: res.Code, Msg: res.Msg})
 			if errors.Is(e, proto.ErrChecksum) {

@@ -35,6 +35,12 @@
 //	// target with the bytes, which it sends from its page cache unread) as
 //	// they arrive; on a mismatch the target re-reads and verifies the range
 //	// (finding and repairing a corrupt replica) and the read fails over.
+//	// Such a read from a storage service on this host is a short-circuit
+//	// read (unless Options.NoLocalReads): the service answers with the
+//	// committed chunk file's path and the CRCs, and the client reads the
+//	// file itself, with O_DIRECT when the bytes are not in the page cache
+//	// (local.go). If the file is gone (a newer version replaced it) or
+//	// unreadable here, the range is read over the connection instead.
 //	reads := []client.ChunkRead{{Chain: chain, Chunk: id, Off: 0, Buf: buf}}
 //	err = c.ReadChunks(ctx, reads)   // reads[i].N set on return
 //

@@ -19,11 +19,14 @@ type ReadStats struct {
 	IOs int64 `json:"ios"`
 	// Bytes is the number of bytes those requests asked for.
 	Bytes int64 `json:"bytes"`
+	// LocalBytes is the part of Bytes the client read itself from chunk
+	// files on this host (short-circuit reads, Options.NoLocalReads).
+	LocalBytes int64 `json:"local_bytes"`
 }
 
 // Sub returns s - o (the activity between two snapshots).
 func (s ReadStats) Sub(o ReadStats) ReadStats {
-	return ReadStats{Calls: s.Calls - o.Calls, Requests: s.Requests - o.Requests, IOs: s.IOs - o.IOs, Bytes: s.Bytes - o.Bytes}
+	return ReadStats{Calls: s.Calls - o.Calls, Requests: s.Requests - o.Requests, IOs: s.IOs - o.IOs, Bytes: s.Bytes - o.Bytes, LocalBytes: s.LocalBytes - o.LocalBytes}
 }
 
 // RequestsPerCall is Requests / Calls (0 without calls).
@@ -43,7 +46,7 @@ func (s ReadStats) BytesPerRequest() float64 {
 }
 
 type readCounters struct {
-	calls, requests, ios, bytes atomic.Int64
+	calls, requests, ios, bytes, local atomic.Int64
 }
 
 // counters holds each Client's read counters, beside the Client so that
@@ -68,8 +71,10 @@ func (c *Client) countReadRequest(ios int, bytes int64) {
 	rc.bytes.Add(bytes)
 }
 
+func (c *Client) countLocalRead(bytes int64) { c.readCounters().local.Add(bytes) }
+
 // ReadStats returns the counts of the batched read path so far.
 func (c *Client) ReadStats() ReadStats {
 	rc := c.readCounters()
-	return ReadStats{Calls: rc.calls.Load(), Requests: rc.requests.Load(), IOs: rc.ios.Load(), Bytes: rc.bytes.Load()}
+	return ReadStats{Calls: rc.calls.Load(), Requests: rc.requests.Load(), IOs: rc.ios.Load(), Bytes: rc.bytes.Load(), LocalBytes: rc.local.Load()}
 }

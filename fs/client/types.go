@@ -64,4 +64,11 @@ type Options struct {
 	// RefreshInterval is how often routing is refreshed in the
 	// background. Default 1 s.
 	RefreshInterval time.Duration
+	// NoLocalReads: never read chunk files directly. By default a large
+	// read from a storage service on this host (same boot and mount
+	// namespace) is a short-circuit read: the service answers with the
+	// committed chunk file's path and block CRCs, and the client reads
+	// and checks the bytes itself, sparing both sides the copy through
+	// the connection (proto.ReadIO.Local).
+	NoLocalReads bool
 }

@@ -30,6 +30,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"path"
 	"strings"
 	"time"
@@ -44,7 +45,7 @@ import (
 
 func init() {
 	fs.RegisterScheme("ffkit", func(ctx context.Context, authority string) (fs.FS, error) {
-		return Open(ctx, authority, Options{})
+		return Open(ctx, authority, Options{NoLocalReads: os.Getenv("FFKIT_LOCAL_READS") == "0"})
 	})
 }
 
@@ -64,6 +65,10 @@ type Options struct {
 	// writebehind.go). Default 64 MiB; negative: none, every write goes
 	// through at once.
 	WriteBehind int64
+	// NoLocalReads turns off short-circuit reads of chunk files held by
+	// storage services on this host (client.Options.NoLocalReads). Opened
+	// by URL (ffkit://...), FFKIT_LOCAL_READS=0 sets it.
+	NoLocalReads bool
 }
 
 // FS is a connection to one ffkit cluster.
@@ -107,7 +112,7 @@ func Open(ctx context.Context, authority string, opts Options) (*FS, error) {
 	if opts.RetryTimeout <= 0 {
 		opts.RetryTimeout = 60 * time.Second
 	}
-	cc, err := client.Dial(ctx, addrs, client.Options{Token: opts.Token, RetryTimeout: opts.RetryTimeout})
+	cc, err := client.Dial(ctx, addrs, client.Options{Token: opts.Token, RetryTimeout: opts.RetryTimeout, NoLocalReads: opts.NoLocalReads})
 	if err != nil {
 		return nil, fmt.Errorf("clusterfs: %w", err)
 	}
@@ -456,5 +461,5 @@ var _ fs.ReadStatser = (*FS)(nil)
 // per request in benchmarks.
 func (f *FS) ReadStats() fs.ReadStats {
 	s := f.chunks.ReadStats()
-	return fs.ReadStats{Calls: s.Calls, Requests: s.Requests, IOs: s.IOs, Bytes: s.Bytes}
+	return fs.ReadStats{Calls: s.Calls, Requests: s.Requests, IOs: s.IOs, Bytes: s.Bytes, LocalBytes: s.LocalBytes}
 }

@@ -78,11 +78,19 @@ type ReadIO struct {
 	// bytes straight from its page cache without reading them; otherwise it
 	// verifies them as always.
 	Sums bool `json:"sums,omitempty"`
+	// Local (with Sums, in a request whose Host is the target's): the
+	// client reads the bytes itself from the committed chunk file, a
+	// short-circuit read. A target that can answers with the file's path
+	// (ReadResult.Path) and the block CRCs instead of the bytes.
+	Local bool `json:"local,omitempty"`
 }
 
 // BatchReadReq reads many ranges from one storage service.
 type BatchReadReq struct {
 	IOs []ReadIO `json:"ios"`
+	// Host is the client's HostID, set when some IO asks for a local
+	// read: a target offers one only to a client on its own host.
+	Host string `json:"host,omitempty"`
 }
 
 // ReadResult is one IO's outcome. Sums bytes of CRCs then N bytes of data
@@ -94,7 +102,16 @@ type ReadResult struct {
 	// the N bytes, big-endian, the last block possibly short) precede the N
 	// bytes in the frame's data, and the bytes are not verified by the
 	// target: the client must check them (ReadIO.Sums).
-	Sums int64  `json:"sums,omitempty"`
+	Sums int64 `json:"sums,omitempty"`
+	// Path (a local read, ReadIO.Local): the N bytes are not in the frame;
+	// they are at FileOff in this committed chunk file, which never
+	// changes (a new version is a new file). Only the Sums precede the
+	// next result's bytes. The client checks the bytes against the Sums.
+	Path    string `json:"path,omitempty"`
+	FileOff int64  `json:"foff,omitempty"`
+	// Cold (with Path): the bytes were not all in the target's page
+	// cache; the client reads them with O_DIRECT.
+	Cold bool   `json:"cold,omitempty"`
 	Code string `json:"code,omitempty"`
 	Msg  string `json:"msg,omitempty"`
 }

@@ -29,6 +29,16 @@
 // corrupt chunk and leaves its chain for repair (see below), and the read
 // fails over. Either way no caller ever gets bytes that fail their CRC.
 //
+// A client on the same host (equal proto.HostID: boot and mount namespace)
+// may ask for a short-circuit read (proto.ReadIO.Local): the target then
+// answers with the committed file's path, the bytes' offset in it and the
+// block CRCs, and sends no bytes. The file never changes, so the client
+// reads exactly the version the target answered for, or finds the file
+// gone and reads again over the connection. The target tells whether the
+// bytes are in its page cache (mincore on its mapping): if not, it does
+// not read them in, and the client reads them with O_DIRECT.
+// Config.NoLocalReads turns this off.
+//
 // # Durability model
 //
 // An update's pending file and its directory entry are fsynced before

@@ -9,6 +9,7 @@ import (
 	"math"
 	"net"
 	"net/http"
+	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -50,6 +51,9 @@ type Config struct {
 	PendingTimeout time.Duration
 	VFS            VFS // default OS{}
 	Logf           func(format string, args ...any)
+	// NoLocalReads refuses short-circuit reads (proto.ReadIO.Local): a
+	// client on this host then always gets the bytes over the connection.
+	NoLocalReads bool
 }
 
 func (c *Config) defaults() error {
@@ -717,8 +721,11 @@ func (s *Service) handleUpdate(ctx context.Context, u *proto.UpdateReq, data []b
 func (s *Service) handleRead(req *transport.Request, b *proto.BatchReadReq) (any, [][]byte, error) {
 	resp := proto.BatchReadResp{Results: make([]proto.ReadResult, len(b.IOs))}
 	data := make([][]byte, 0, len(b.IOs))
+	// Short-circuit reads only for a client that sees our files at our
+	// paths (proto.ReadIO.Local).
+	local := !s.cfg.NoLocalReads && b.Host != "" && b.Host == proto.HostID()
 	for i, io := range b.IOs {
-		buf, release, src, sums, err := s.readOne(&io)
+		buf, release, src, sums, err := s.readOne(&io, local)
 		if release != nil {
 			req.AfterReply(release)
 		}
@@ -734,6 +741,14 @@ func (s *Service) handleRead(req *transport.Request, b *proto.BatchReadReq) (any
 			}
 			resp.Results[i].Sums = int64(len(b))
 			data = append(data, b)
+			if local && io.Local && src.f != nil {
+				// The client reads the committed (immutable) file itself
+				// and checks the bytes against these CRCs.
+				if p, err := filepath.Abs(src.f.Name()); err == nil {
+					resp.Results[i].Path, resp.Results[i].FileOff, resp.Results[i].Cold = p, src.off, src.cold
+					continue
+				}
+			}
 		}
 		data = append(data, buf)
 		if src.f != nil && len(buf) >= sendfileMin {
@@ -756,7 +771,7 @@ func wireCode(err error) string {
 // readOne serves one read; release (if non-nil) frees the data once the
 // reply is written. sums is non-nil when the bytes were not verified here
 // but are to be checked by the client against these block CRCs.
-func (s *Service) readOne(io *proto.ReadIO) ([]byte, func(), fileSrc, []uint32, error) {
+func (s *Service) readOne(io *proto.ReadIO, local bool) ([]byte, func(), fileSrc, []uint32, error) {
 	var none fileSrc
 	if io.Off < 0 || io.Len < 0 || io.Off > proto.MaxChunkSize || io.Len > proto.MaxChunkSize {
 		return nil, nil, none, nil, fmt.Errorf("%w: read [%d, +%d)", proto.ErrBadRequest, io.Off, io.Len)
@@ -773,8 +788,14 @@ func (s *Service) readOne(io *proto.ReadIO) ([]byte, func(), fileSrc, []uint32, 
 		return nil, nil, none, nil, fmt.Errorf("%w: target %d is %s", proto.ErrTargetOffline, ts.ID, me.State)
 	}
 	// Large client-verified reads skip the check here (see proto.ReadIO.Sums).
-	clientSums := io.Sums && io.Len >= sendfileMin
-	buf, release, _, src, sums, err := ts.readRefSrc(io.Chunk, io.Off, io.Len, false, clientSums)
+	how := verifyHere
+	if io.Sums && io.Len >= sendfileMin {
+		how = clientSums
+		if local && io.Local {
+			how = clientLocal
+		}
+	}
+	buf, release, _, src, sums, err := ts.readRefSrc(io.Chunk, io.Off, io.Len, false, how)
 	if errors.Is(err, proto.ErrChecksum) {
 		s.repair(ts, ch, err)
 	}

@@ -16,6 +16,7 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+	"unsafe"
 
 	"github.com/ffkit/ffkit/fs/proto"
 	"github.com/ffkit/ffkit/fs/transport"
@@ -674,7 +675,7 @@ const mmapMin = 64 << 10
 // file or a pooled buffer: the caller must call release once done with it
 // (after the reply is written).
 func (t *Target) readRef(id proto.ChunkID, off, n int64, allowPending bool) ([]byte, func(), *version, error) {
-	b, release, v, _, _, err := t.readRefSrc(id, off, n, allowPending, false)
+	b, release, v, _, _, err := t.readRefSrc(id, off, n, allowPending, verifyHere)
 	return b, release, v, err
 }
 
@@ -682,7 +683,19 @@ func (t *Target) readRef(id proto.ChunkID, off, n int64, allowPending bool) ([]b
 type fileSrc struct {
 	f   *os.File // nil: the bytes are only in memory
 	off int64
+	// cold (a clientLocal read): some of the bytes are not in the page
+	// cache, and nothing was done to bring them in.
+	cold bool
 }
+
+// readHow says who verifies a read, and where its bytes go.
+type readHow int
+
+const (
+	verifyHere  readHow = iota // the target checks the block CRCs
+	clientSums                 // the client checks them (proto.ReadIO.Sums)
+	clientLocal                // and reads the file itself (proto.ReadIO.Local)
+)
 
 // readRefSrc is readRef, also returning, when the bytes are in a mapping
 // of an OS file, that file and their offset in it: the file stays open
@@ -690,8 +703,10 @@ type fileSrc struct {
 // (sendfile) rather than copy them from the mapping. With clientSums, a
 // block-aligned range (ending on a block boundary or at the chunk's end)
 // in such a file is not verified here: its stored block CRCs are returned
-// (non-nil) for the client to check the bytes against.
-func (t *Target) readRefSrc(id proto.ChunkID, off, n int64, allowPending, clientSums bool) ([]byte, func(), *version, fileSrc, []uint32, error) {
+// (non-nil) for the client to check the bytes against. With clientLocal,
+// the bytes are not brought into the page cache either: the client reads
+// them, with O_DIRECT if src.cold.
+func (t *Target) readRefSrc(id proto.ChunkID, off, n int64, allowPending bool, how readHow) ([]byte, func(), *version, fileSrc, []uint32, error) {
 	noop := func() {}
 	var src fileSrc
 	t.mu.Lock()
@@ -725,12 +740,13 @@ func (t *Target) readRefSrc(id proto.ChunkID, off, n int64, allowPending, client
 		moved := c.committed != v
 		t.mu.Unlock()
 		if moved {
-			return t.readRefSrc(id, off, n, allowPending, clientSums)
+			return t.readRefSrc(id, off, n, allowPending, how)
 		}
 		return nil, nil, v, src, nil, t.ioErr("open", t.path(id, v.ver, false), err)
 	}
 	var buf []byte
 	var release func()
+	clientChecks := false
 	// Small reads use the mapping too when the handle is cached (the
 	// mapping is made once per file version): no system call per read.
 	if m := ref.mapping(HeaderSize + v.length); m != nil && (hi-lo >= mmapMin || ref.cached) {
@@ -739,7 +755,11 @@ func (t *Target) readRefSrc(id proto.ChunkID, off, n int64, allowPending, client
 		if of, ok := ref.f.(*os.File); ok {
 			src = fileSrc{f: of, off: HeaderSize + off}
 		}
-		if hi-lo >= 256<<10 {
+		clientChecks = how != verifyHere && src.f != nil && off == lo && end == hi
+		switch {
+		case how == clientLocal && clientChecks:
+			src.cold = !resident(m, HeaderSize+lo, HeaderSize+hi)
+		case hi-lo >= 256<<10:
 			// Start reading the whole range from disk at once if it is not
 			// cached, instead of faulting it in 128 KiB at a time.
 			unix.Madvise(buf, unix.MADV_WILLNEED)
@@ -754,7 +774,7 @@ func (t *Target) readRefSrc(id proto.ChunkID, off, n int64, allowPending, client
 		pooled := buf
 		release = func() { transport.PutBuffer(pooled) }
 	}
-	if clientSums && src.f != nil && off == lo && end == hi {
+	if clientChecks {
 		// The client checks the bytes against the stored block CRCs
 		// (proto.ReadIO.Sums); they go out from the page cache unread.
 		return buf, release, v, src, v.crcs[lo/proto.BlockSize : (hi+proto.BlockSize-1)/proto.BlockSize], nil
@@ -774,6 +794,23 @@ func (t *Target) readRefSrc(id proto.ChunkID, off, n int64, allowPending, client
 		return nil, nil, v, src, nil, fmt.Errorf("%w: chunk %v v%d block %d on target %d", proto.ErrChecksum, id, v.ver, bad, t.ID)
 	}
 	return buf[off-lo : end-lo], release, v, src, nil, nil
+}
+
+// resident reports whether every page of m[lo:hi] is in the page cache.
+func resident(m []byte, lo, hi int64) bool {
+	page := int64(os.Getpagesize())
+	lo &^= page - 1
+	vec := make([]byte, (hi-lo+page-1)/page)
+	b := m[lo:hi]
+	if _, _, e := unix.Syscall(unix.SYS_MINCORE, uintptr(unsafe.Pointer(&b[0])), uintptr(len(b)), uintptr(unsafe.Pointer(&vec[0]))); e != 0 {
+		return false
+	}
+	for _, v := range vec {
+		if v&1 == 0 {
+			return false
+		}
+	}
+	return true
 }
 
 // verifyBlocks checks the CRC of every block of buf (chunk bytes [lo, hi))
