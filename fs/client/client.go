@@ -58,8 +58,7 @@ type Client struct {
 	clientID uint64
 	seq      atomic.Uint64
 
-	mu    sync.Mutex
-	nodes map[proto.NodeID]*nodeLoad // guarded by mu
+	nodes sync.Map // proto.NodeID -> *nodeLoad, read on every span of every read
 
 	refreshMu sync.Mutex // one routing fetch at a time
 	cancel    context.CancelFunc
@@ -90,7 +89,7 @@ func Dial(ctx context.Context, addrs []string, opts Options) (*Client, error) {
 	if opts.Token == "" {
 		return nil, fmt.Errorf("%w: no cluster token (use --token-file or FFKIT_TOKEN)", ErrBadRequest)
 	}
-	c := &Client{opts: opts, mgmtd: addrs, nodes: map[proto.NodeID]*nodeLoad{},
+	c := &Client{opts: opts, mgmtd: addrs,
 		pool:     transport.NewPool(transport.Options{Token: opts.Token, Name: opts.Name, Faults: transport.FaultsFromEnv()}),
 		clientID: rand.Uint64() | 1}
 	if err := c.refresh(ctx); err != nil {
@@ -212,14 +211,11 @@ func (c *Client) setRouting(r *proto.Routing) {
 }
 
 func (c *Client) node(id proto.NodeID) *nodeLoad {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	n := c.nodes[id]
-	if n == nil {
-		n = &nodeLoad{sem: make(chan struct{}, c.opts.MaxInFlightPerNode)}
-		c.nodes[id] = n
+	if n, ok := c.nodes.Load(id); ok {
+		return n.(*nodeLoad)
 	}
-	return n
+	n, _ := c.nodes.LoadOrStore(id, &nodeLoad{sem: make(chan struct{}, c.opts.MaxInFlightPerNode)})
+	return n.(*nodeLoad)
 }
 
 // retryable tells whether another attempt (after a refresh, elsewhere)
@@ -419,7 +415,7 @@ type span struct {
 	chunk    ChunkID
 	off, end int64
 	members  []int
-	failed   map[proto.TargetID]bool // replicas that failed this span
+	failed   map[proto.TargetID]bool // replicas that failed this span (nil: none)
 	badSum   map[proto.TargetID]bool // replicas that failed it by checksum
 	done     bool
 	// verifyAt: the bytes target verifyAt sent failed the client's check;
@@ -430,6 +426,14 @@ type span struct {
 	// a newer version since the reply, or is not readable here): the span
 	// is read over the connection.
 	noLocal bool
+}
+
+// fail records that target t failed the span.
+func (sp *span) fail(t proto.TargetID) {
+	if sp.failed == nil {
+		sp.failed = map[proto.TargetID]bool{}
+	}
+	sp.failed[t] = true
 }
 
 // ReadChunks performs a batch of reads; see the package comment.
@@ -459,19 +463,24 @@ func (c *Client) ReadChunks(ctx context.Context, reads []ChunkRead) error {
 		}
 		return cmpI(x.Off, y.Off)
 	})
-	var spans []*span
-	for _, i := range order {
+	// One allocation for all spans; a span's members are a run of order.
+	all := make([]span, 0, len(order))
+	for k, i := range order {
 		rd := &reads[i]
 		end := rd.Off + int64(len(rd.Buf))
-		if n := len(spans); n > 0 {
-			sp := spans[n-1]
+		if n := len(all); n > 0 {
+			sp := &all[n-1]
 			if sp.chain == rd.Chain && sp.chunk == rd.Chunk && rd.Off <= sp.end+c.opts.MergeGap {
 				sp.end = max(sp.end, end)
-				sp.members = append(sp.members, i)
+				sp.members = order[k-len(sp.members) : k+1]
 				continue
 			}
 		}
-		spans = append(spans, &span{chain: rd.Chain, chunk: rd.Chunk, off: rd.Off, end: end, members: []int{i}, failed: map[proto.TargetID]bool{}})
+		all = append(all, span{chain: rd.Chain, chunk: rd.Chunk, off: rd.Off, end: end, members: order[k : k+1]})
+	}
+	spans := make([]*span, len(all))
+	for i := range all {
+		spans[i] = &all[i]
 	}
 	return c.retry(ctx, fmt.Sprintf("read %d ranges", len(reads)), func(ctx context.Context, r *proto.Routing) error {
 		return c.readAttempt(ctx, r, reads, spans)
@@ -522,7 +531,8 @@ func (c *Client) readAttempt(ctx context.Context, r *proto.Routing, reads []Chun
 		if allBad {
 			return fmt.Errorf("%w: chunk %v fails its checksum on every replica of chain %d", proto.ErrChecksum, sp.chunk, sp.chain)
 		}
-		var ok []proto.ChainTarget
+		var okBuf [8]proto.ChainTarget
+		ok := okBuf[:0]
 		for _, t := range cands {
 			if !sp.failed[t.ID] && !c.node(t.Node).suspect() {
 				ok = append(ok, t)
@@ -566,7 +576,8 @@ func (c *Client) readAttempt(ctx context.Context, r *proto.Routing, reads []Chun
 		c.node(best.Node).inflight.Add(n)
 		bs := batches[best.Node]
 		if len(bs) == 0 || len(bs[len(bs)-1].ios) >= c.opts.MaxBatchIOs || bs[len(bs)-1].bytes+n > c.opts.MaxBatchBytes && len(bs[len(bs)-1].ios) > 0 {
-			bs = append(bs, &batch{node: best.Node})
+			n := min(len(spans), c.opts.MaxBatchIOs)
+			bs = append(bs, &batch{node: best.Node, spans: make([]*span, 0, n), ios: make([]proto.ReadIO, 0, n)})
 			batches[best.Node] = bs
 		}
 		b := bs[len(bs)-1]
@@ -699,7 +710,7 @@ func (c *Client) readBatch(ctx context.Context, r *proto.Routing, reads []ChunkR
 	err := c.callInto(ctx, r, b.node, proto.MBatchRead, req, &resp, sink)
 	if err != nil {
 		for i, sp := range b.spans {
-			sp.failed[b.ios[i].Target] = true
+			sp.fail(b.ios[i].Target)
 		}
 		var re *transport.RemoteError
 		if !errors.As(err, &re) && !errors.Is(err, context.Canceled) {
@@ -741,7 +752,7 @@ func (c *Client) readBatch(ctx context.Context, r *proto.Routing, reads []ChunkR
 				sp.badSum[b.ios[i].Target] = true
 			}
 			if !errors.Is(e, proto.ErrNotCommitted) {
-				sp.failed[b.ios[i].Target] = true
+				sp.fail(b.ios[i].Target)
 			}
 			if firstErr == nil || !retryable(firstErr) {
 				firstErr = e

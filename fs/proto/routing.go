@@ -143,14 +143,11 @@ func (c *Chain) Target(id TargetID) (ChainTarget, bool) {
 
 // Readable returns the targets a read may go to: the serving prefix.
 func (c *Chain) Readable() []ChainTarget {
-	var out []ChainTarget
-	for _, t := range c.Targets {
-		if t.State != Serving {
-			break
-		}
-		out = append(out, t)
+	n := 0
+	for n < len(c.Targets) && c.Targets[n].State == Serving {
+		n++
 	}
-	return out
+	return c.Targets[:n:n] // shared with the chain: read only
 }
 
 func (c *Chain) String() string {

@@ -205,7 +205,7 @@ func (c *Conn) readLoop(br *bufio.Reader) {
 				return
 			}
 			lr := &frameReader{br: br, nc: c.nc, N: int64(n - fixedLen - h)}
-			err := json.Unmarshal(hdr, p.resp)
+			err := unmarshalHeader(hdr, p.resp)
 			if err != nil {
 				err = fmt.Errorf("transport: bad reply from %s: %w", c.addr, err)
 			} else {
@@ -301,7 +301,7 @@ func (c *Conn) CallInto(ctx context.Context, method uint16, req any, data [][]by
 }
 
 func (c *Conn) call(ctx context.Context, method uint16, req any, data [][]byte, resp any, sink Sink) ([]byte, func(), error) {
-	hdr, err := json.Marshal(req)
+	hdr, err := marshalHeader(req)
 	if err != nil {
 		return nil, nil, fmt.Errorf("transport: encode request: %w", err)
 	}
@@ -341,7 +341,7 @@ func (c *Conn) call(ctx context.Context, method uint16, req any, data [][]byte, 
 			return nil, nil, re
 		}
 		if resp != nil {
-			if err := json.Unmarshal(f.Header, resp); err != nil {
+			if err := unmarshalHeader(f.Header, resp); err != nil {
 				f.Release()
 				return nil, nil, fmt.Errorf("transport: bad reply from %s: %w", c.addr, err)
 			}

@@ -29,9 +29,10 @@ type Request struct {
 // back in its reply but must not keep it.
 func (r *Request) AfterReply(f func()) { r.after = append(r.after, f) }
 
-// Decode unmarshals the JSON header into v.
+// Decode unmarshals the header into v: JSON, or v's own encoding when
+// v is a HeaderDecoder.
 func (r *Request) Decode(v any) error {
-	if err := json.Unmarshal(r.Header, v); err != nil {
+	if err := unmarshalHeader(r.Header, v); err != nil {
 		return &RemoteError{Code: "bad_request", Msg: fmt.Sprintf("bad header for method %d: %v", r.Method, err)}
 	}
 	return nil
@@ -196,7 +197,7 @@ func (s *Server) serveConn(nc net.Conn) {
 				}
 				hdr, _ = json.Marshal(re)
 				data = nil
-			} else if hdr, err = json.Marshal(resp); err != nil {
+			} else if hdr, err = marshalHeader(resp); err != nil {
 				typ = TError
 				hdr, _ = json.Marshal(RemoteError{Msg: "encode reply: " + err.Error()})
 				data = nil
