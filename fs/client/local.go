@@ -1,6 +1,7 @@
 package client
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -34,11 +35,19 @@ func (c *Client) readLocal(i int, res *proto.ReadResult, sums []byte, deliver fu
 	var rd io.Reader
 	if res.Cold && res.FileOff%directAlign == 0 {
 		f, err := os.OpenFile(res.Path, os.O_RDONLY|unix.O_DIRECT, 0)
+		direct := err == nil
+		if errors.Is(err, unix.EINVAL) {
+			// A file system without O_DIRECT: read through the page cache.
+			f, err = os.Open(res.Path)
+		}
 		if err != nil {
 			return fmt.Errorf("local read: %w", err)
 		}
 		defer f.Close()
-		rd = &directReader{f: f, off: res.FileOff, end: res.FileOff + res.N}
+		rd = io.NewSectionReader(f, res.FileOff, res.N)
+		if direct {
+			rd = &directReader{f: f, off: res.FileOff, end: res.FileOff + res.N}
+		}
 	} else {
 		f, err := os.Open(res.Path)
 		if err != nil {
