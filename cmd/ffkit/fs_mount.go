@@ -41,7 +41,9 @@ closed state. --attr-timeout > 0 lets the kernel cache names and attributes
 for that long (fewer metadata round trips, staler views).
 
 Reads of 64 KiB or more from a storage service on this host are
-short-circuit reads of its chunk files (checked against their block CRCs);
+short-circuit reads of its chunk files (checked against their block CRCs):
+through the page cache, or with O_DIRECT for files opened with O_DIRECT
+(or every file, with --direct) when the bytes are not cached.
 FFKIT_LOCAL_READS=0 sends them over the connection instead.
 
 A call into the storage that takes longer than --timeout fails with
@@ -110,7 +112,7 @@ hanging its callers.`,
 	f.StringVar(&raBlock, "read-ahead-block", "4M", "size of each read-ahead read (several run in parallel)")
 	f.IntVar(&o.MaxBackground, "max-background", 256, "asynchronous requests the kernel keeps in flight")
 	f.IntVar(&o.MaxBatch, "max-batch", 128, "most concurrent reads gathered into one batched storage read")
-	f.BoolVar(&o.Direct, "direct", false, "open storage files with O_DIRECT where supported (cold reads)")
+	f.BoolVar(&o.Direct, "direct", false, "read every file with O_DIRECT where supported (cold reads; files opened with O_DIRECT are read so anyway)")
 	f.BoolVar(&o.AllowOther, "allow-other", false, "let other users use the mount")
 	f.BoolVar(&o.Debug, "debug", false, "log every FUSE request on stderr")
 	return c

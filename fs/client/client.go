@@ -426,6 +426,22 @@ type span struct {
 	// a newer version since the reply, or is not readable here): the span
 	// is read over the connection.
 	noLocal bool
+	direct  bool // some member asked for O_DIRECT (ChunkRead.Direct)
+}
+
+// affinitySlack is how many more bytes in flight a chunk's preferred
+// replica may have than another before the other takes the read.
+const affinitySlack = 8 << 20
+
+// chunkHash mixes a chunk id (splitmix64 finalizer) to pick its preferred
+// replica.
+func chunkHash(id ChunkID) uint64 {
+	x := id.Inode*0x9e3779b97f4a7c15 ^ id.Index
+	x ^= x >> 30
+	x *= 0xbf58476d1ce4e5b9
+	x ^= x >> 27
+	x *= 0x94d049bb133111eb
+	return x ^ x>>31
 }
 
 // fail records that target t failed the span.
@@ -473,10 +489,11 @@ func (c *Client) ReadChunks(ctx context.Context, reads []ChunkRead) error {
 			if sp.chain == rd.Chain && sp.chunk == rd.Chunk && rd.Off <= sp.end+c.opts.MergeGap {
 				sp.end = max(sp.end, end)
 				sp.members = order[k-len(sp.members) : k+1]
+				sp.direct = sp.direct || rd.Direct
 				continue
 			}
 		}
-		all = append(all, span{chain: rd.Chain, chunk: rd.Chunk, off: rd.Off, end: end, members: order[k : k+1]})
+		all = append(all, span{chain: rd.Chain, chunk: rd.Chunk, off: rd.Off, end: end, members: order[k : k+1], direct: rd.Direct})
 	}
 	spans := make([]*span, len(all))
 	for i := range all {
@@ -549,9 +566,12 @@ func (c *Client) readAttempt(ctx context.Context, r *proto.Routing, reads []Chun
 			clear(sp.failed) // every replica failed once: try them all again
 			ok = cands
 		}
-		// Least loaded node, random tie-break.
-		best := ok[rand.IntN(len(ok))]
-		bl := c.node(best.Node).inflight.Load()
+		// Each chunk has a preferred replica (by hash), so that repeated
+		// reads of it find it in that replica's page cache and the hosts
+		// cache one copy of it, not three; a replica with clearly less
+		// work queued (affinitySlack) takes the read instead.
+		best := ok[chunkHash(sp.chunk)%uint64(len(ok))]
+		bl := c.node(best.Node).inflight.Load() - affinitySlack
 		for _, t := range ok {
 			if l := c.node(t.Node).inflight.Load(); l < bl {
 				best, bl = t, l
@@ -724,7 +744,7 @@ func (c *Client) readBatch(ctx context.Context, r *proto.Routing, reads []ChunkR
 			continue
 		}
 		res := &resp.Results[i]
-		if err := c.readLocal(i, res, sums, deliver); err != nil {
+		if err := c.readLocal(i, res, b.spans[i].direct, sums, deliver); err != nil {
 			// The span is read again over the connection.
 			b.spans[i].noLocal = true
 			if errors.Is(err, os.ErrPermission) {

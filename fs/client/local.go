@@ -16,10 +16,13 @@ import (
 // Short-circuit reads (Options.NoLocalReads, proto.ReadIO.Local): the
 // target answers with the path of the committed chunk file holding the
 // bytes, which never changes, and the client reads them itself. Bytes the
-// target found out of its page cache (ReadResult.Cold) are read with
-// O_DIRECT, in directPiece requests straight into the caller's buffer
-// when it is aligned: the device sees requests of the size it serves
-// best, and no page cache copy is made.
+// target found out of its page cache (ReadResult.Cold) are read
+//   - with O_DIRECT if the caller asked (ChunkRead.Direct), in directPiece
+//     requests straight into the caller's buffer when it is aligned: the
+//     device sees requests of the size it serves best, and neither the
+//     page cache nor a copy out of it is involved;
+//   - through the page cache otherwise (the kernel's read-ahead fetching
+//     ahead of the client's reads), which keeps them for the next reader.
 
 // testHookLocalRead, when set (tests only), runs before a local read
 // opens its file: a test sees the answer, or makes the file change under
@@ -28,33 +31,28 @@ var testHookLocalRead func(res *proto.ReadResult)
 
 // readLocal reads a local result's bytes from the chunk file the target
 // named and delivers them, checked against sums.
-func (c *Client) readLocal(i int, res *proto.ReadResult, sums []byte, deliver func(int, int64, io.Reader, []byte) error) error {
+func (c *Client) readLocal(i int, res *proto.ReadResult, direct bool, sums []byte, deliver func(int, int64, io.Reader, []byte) error) error {
 	if testHookLocalRead != nil {
 		testHookLocalRead(res)
 	}
-	var rd io.Reader
-	if res.Cold && res.FileOff%directAlign == 0 {
-		f, err := os.OpenFile(res.Path, os.O_RDONLY|unix.O_DIRECT, 0)
-		direct := err == nil
-		if errors.Is(err, unix.EINVAL) {
-			// A file system without O_DIRECT: read through the page cache.
-			f, err = os.Open(res.Path)
-		}
-		if err != nil {
-			return fmt.Errorf("local read: %w", err)
-		}
-		defer f.Close()
-		rd = io.NewSectionReader(f, res.FileOff, res.N)
-		if direct {
-			rd = &directReader{f: f, off: res.FileOff, end: res.FileOff + res.N}
-		}
-	} else {
-		f, err := os.Open(res.Path)
-		if err != nil {
-			return fmt.Errorf("local read: %w", err)
-		}
-		defer f.Close()
-		rd = io.NewSectionReader(f, res.FileOff, res.N)
+	odirect := direct && res.Cold && res.FileOff%directAlign == 0
+	flags := os.O_RDONLY
+	if odirect {
+		flags |= unix.O_DIRECT
+	}
+	f, err := os.OpenFile(res.Path, flags, 0)
+	if odirect && errors.Is(err, unix.EINVAL) {
+		// A file system without O_DIRECT: read through the page cache.
+		odirect = false
+		f, err = os.Open(res.Path)
+	}
+	if err != nil {
+		return fmt.Errorf("local read: %w", err)
+	}
+	defer f.Close()
+	var rd io.Reader = io.NewSectionReader(f, res.FileOff, res.N)
+	if odirect {
+		rd = &directReader{f: f, off: res.FileOff, end: res.FileOff + res.N}
 	}
 	if err := deliver(i, res.N, rd, sums); err != nil {
 		return fmt.Errorf("local read of %s: %w", res.Path, err)

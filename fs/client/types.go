@@ -29,6 +29,11 @@ type ChunkRead struct {
 	Chunk ChunkID
 	Off   int64  // offset inside the chunk
 	Buf   []byte // filled completely: stored bytes, then zeros
+	// Direct: if the bytes are read locally (Options.NoLocalReads) and
+	// are not in the page cache, read them with O_DIRECT, leaving the
+	// cache as it was (fs.OpenOptions.Direct). Otherwise a local read
+	// goes through the page cache, which keeps them for the next read.
+	Direct bool
 	// N is set by ReadChunks: how many bytes of Buf came from stored data
 	// (the rest is past the chunk's end, or the chunk does not exist).
 	N int

@@ -219,8 +219,10 @@ func (f *FS) Remove(ctx context.Context, name string) error {
 	return wrap("remove", f.String()+p, f.meta.Remove(ctx, p))
 }
 
-// Open opens a file for reading. Direct is accepted and has no effect
-// (the storage services read with their own I/O).
+// Open opens a file for reading. Direct reads bytes that are read
+// locally (short-circuit, client.ChunkRead.Direct) and not in the page
+// cache with O_DIRECT, so a cold pass neither waits for nor fills the
+// page cache; other reads are the storage services' own I/O either way.
 func (f *FS) Open(ctx context.Context, name string, opts fs.OpenOptions) (fs.File, error) {
 	p := abs(name)
 	n, err := f.meta.Stat(ctx, p)
@@ -233,13 +235,14 @@ func (f *FS) Open(ctx context.Context, name string, opts fs.OpenOptions) (fs.Fil
 	if n.Layout == nil || len(n.Layout.Chains) == 0 || n.Layout.ChunkSize <= 0 {
 		return nil, errkind.Wrap(errkind.Data, fmt.Errorf("open %s%s: inode %d has no layout", f.String(), p, n.ID))
 	}
-	return &file{fs: f, name: name, inode: n}, nil
+	return &file{fs: f, name: name, inode: n, direct: opts.Direct}, nil
 }
 
 type file struct {
-	fs    *FS
-	name  string
-	inode *meta.Inode // as of Open; never modified
+	fs     *FS
+	name   string
+	inode  *meta.Inode // as of Open; never modified
+	direct bool        // fs.OpenOptions.Direct
 }
 
 func (r *file) Size() int64  { return r.inode.Size }
@@ -259,7 +262,7 @@ func (r *file) plan(off int64, buf []byte, reads []client.ChunkRead, spans []spa
 		idx := uint64(off / cs)
 		in := off % cs
 		k := min(int64(len(buf)), cs-in)
-		reads = append(reads, client.ChunkRead{Chain: l.Chain(idx), Chunk: client.ChunkID{Inode: r.inode.ID, Index: idx}, Off: in, Buf: buf[:k]})
+		reads = append(reads, client.ChunkRead{Chain: l.Chain(idx), Chunk: client.ChunkID{Inode: r.inode.ID, Index: idx}, Off: in, Buf: buf[:k], Direct: r.direct})
 		spans = append(spans, span{want: int(k)})
 		buf, off = buf[k:], off+k
 	}

@@ -63,7 +63,10 @@ func (n *node) Open(_ context.Context, flags uint32) (gofs.FileHandle, uint32, s
 	active := n.wf != nil || n.seq != nil
 	n.mu.Unlock()
 	if !write && !trunc && !active {
-		f, err := s.backend.Open(ctx, p, fs.OpenOptions{Direct: s.opts.Direct})
+		// A reader that opened with O_DIRECT bypasses the page cache below
+		// us too (the backend's cold reads, fs.OpenOptions.Direct).
+		direct := s.opts.Direct || flags&syscall.O_DIRECT != 0
+		f, err := s.backend.Open(ctx, p, fs.OpenOptions{Direct: direct})
 		if err != nil {
 			return nil, 0, s.errno(err)
 		}

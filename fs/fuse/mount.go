@@ -68,7 +68,9 @@ type Options struct {
 	// the background. Default 4.
 	WriteBehind int
 	// Direct opens backend files with fs.OpenOptions.Direct (O_DIRECT on
-	// local files), so reads through the mount are cold. Default false.
+	// local files and on a cluster's short-circuit reads), so reads
+	// through the mount are cold. Default false: only files a reader
+	// opened with O_DIRECT are opened so.
 	Direct bool
 	// AllowOther lets other users access the mount. Default false.
 	AllowOther bool
