@@ -17,11 +17,7 @@ func BenchmarkInprocWrite(b *testing.B) {
 
 func benchWrite(b *testing.B, c *inproc) {
 	ctx := context.Background()
-	cl, err := Dial(ctx, []string{c.m.Addr()}, Options{Token: "tok"})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer cl.Close()
+	cl := c.dial(b, Options{})
 	payload := make([]byte, 4<<20)
 	b.SetBytes(4 << 20)
 	b.ResetTimer()
@@ -41,11 +37,7 @@ func benchWrite(b *testing.B, c *inproc) {
 func BenchmarkInprocRead(b *testing.B) {
 	c := startInproc(b)
 	ctx := context.Background()
-	cl, err := Dial(ctx, []string{c.m.Addr()}, Options{Token: "tok"})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer cl.Close()
+	cl := c.dial(b, Options{})
 	payload := make([]byte, 4<<20)
 	for i := 0; i < 32; i++ {
 		if err := cl.WriteChunk(ctx, ChainID(i%2+1), ChunkID{Inode: 1, Index: uint64(i)}, 0, payload); err != nil {
@@ -73,11 +65,7 @@ func BenchmarkInprocRead(b *testing.B) {
 func BenchmarkInprocRandRead4K(b *testing.B) {
 	c := startInproc(b)
 	ctx := context.Background()
-	cl, err := Dial(ctx, []string{c.m.Addr()}, Options{Token: "tok"})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer cl.Close()
+	cl := c.dial(b, Options{})
 	const chunks, per = 64, 32
 	payload := make([]byte, 4<<20)
 	for i := 0; i < chunks; i++ {

@@ -67,6 +67,19 @@ func startInproc(t testing.TB) *inproc {
 	return c
 }
 
+// dial connects a client to the cluster (opts.Token is set), closed when
+// the test ends.
+func (c *inproc) dial(t testing.TB, opts Options) *Client {
+	t.Helper()
+	opts.Token = "tok"
+	cl, err := Dial(context.Background(), []string{c.m.Addr()}, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cl.Close() })
+	return cl
+}
+
 func allServing(r *proto.Routing) bool {
 	if len(r.Chains) == 0 {
 		return false
@@ -95,11 +108,7 @@ func waitServing(t testing.TB, m *mgmtd.Server, d time.Duration) {
 func TestInprocWriteReadFailover(t *testing.T) {
 	c := startInproc(t)
 	ctx := context.Background()
-	cl, err := Dial(ctx, []string{c.m.Addr()}, Options{Token: "tok", RetryTimeout: 20 * time.Second, RequestTimeout: 2 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
+	cl := c.dial(t, Options{RetryTimeout: 20 * time.Second, RequestTimeout: 2 * time.Second})
 	if len(cl.Chains()) != 2 {
 		t.Fatalf("chains %v", cl.Chains())
 	}
@@ -181,18 +190,14 @@ func TestInprocFullDisk(t *testing.T) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	cl, err := Dial(ctx, []string{c.m.Addr()}, Options{Token: "tok", RetryTimeout: 10 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
+	cl := c.dial(t, Options{RetryTimeout: 10 * time.Second})
 	id := ChunkID{Inode: 1}
 	if err := cl.WriteChunk(ctx, 1, id, 0, []byte("before")); err != nil {
 		t.Fatal(err)
 	}
 	full.NoSpace.Store(true)
 	start := time.Now()
-	err = cl.WriteChunk(ctx, 1, id, 0, []byte("during"))
+	err := cl.WriteChunk(ctx, 1, id, 0, []byte("during"))
 	if !errors.Is(err, fs.ErrNoSpace) {
 		t.Fatalf("want fs.ErrNoSpace, got %v", err)
 	}
@@ -230,11 +235,7 @@ func TestInprocFullDisk(t *testing.T) {
 func TestInprocTruncateRemoveList(t *testing.T) {
 	c := startInproc(t)
 	ctx := context.Background()
-	cl, err := Dial(ctx, []string{c.m.Addr()}, Options{Token: "tok", RetryTimeout: 20 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
+	cl := c.dial(t, Options{RetryTimeout: 20 * time.Second})
 	for i := uint64(0); i < 4; i++ {
 		if err := cl.WriteChunk(ctx, 1, ChunkID{Inode: 9, Index: i}, 0, bytes.Repeat([]byte{byte('a' + i)}, 10000)); err != nil {
 			t.Fatal(err)

@@ -70,13 +70,9 @@ func checkReadsDirect(t *testing.T, cl *Client, chain ChainID, id ChunkID, want 
 // NoLocalReads, the same reads come over the connection.
 func TestLocalReads(t *testing.T) {
 	c := startInproc(t)
-	ctx := context.Background()
 	var requests []int64
 	for _, noLocal := range []bool{false, true} {
-		cl, err := Dial(ctx, []string{c.m.Addr()}, Options{Token: "tok", NoLocalReads: noLocal})
-		if err != nil {
-			t.Fatal(err)
-		}
+		cl := c.dial(t, Options{NoLocalReads: noLocal})
 		chain, id, data := localFixture(t, cl)
 		before := cl.ReadStats()
 		checkReads(t, cl, chain, id, data, [3]int{0, len(data) + 5000})
@@ -91,7 +87,6 @@ func TestLocalReads(t *testing.T) {
 			t.Errorf("NoLocalReads=%v: %d bytes read locally, want %d", noLocal, d.LocalBytes, want)
 		}
 		requests = append(requests, d.Requests)
-		cl.Close()
 	}
 	// Local reads take no request more: none is read again.
 	if requests[0] != requests[1] {
@@ -105,11 +100,7 @@ func TestLocalReads(t *testing.T) {
 func TestLocalReadOfReplacedChunk(t *testing.T) {
 	c := startInproc(t)
 	ctx := context.Background()
-	cl, err := Dial(ctx, []string{c.m.Addr()}, Options{Token: "tok", RetryTimeout: 20 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
+	cl := c.dial(t, Options{RetryTimeout: 20 * time.Second})
 	chain, id, data := localFixture(t, cl)
 	newer := bytes.Repeat([]byte{0xa5}, len(data))
 	rewrites := 0
@@ -192,12 +183,7 @@ func cachedShare(t *testing.T, path string) float64 {
 // Direct they are read through the page cache, which keeps them.
 func TestLocalReadsCold(t *testing.T) {
 	c := startInproc(t)
-	ctx := context.Background()
-	cl, err := Dial(ctx, []string{c.m.Addr()}, Options{Token: "tok"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
+	cl := c.dial(t, Options{})
 	chain, id, data := localFixture(t, cl)
 	var cold, warm int
 	var paths []string

@@ -21,11 +21,7 @@ import (
 func TestClientVerifiesLargeReads(t *testing.T) {
 	c := startInproc(t)
 	ctx := context.Background()
-	cl, err := Dial(ctx, []string{c.m.Addr()}, Options{Token: "tok", RetryTimeout: 20 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
+	cl := c.dial(t, Options{RetryTimeout: 20 * time.Second})
 	chain := cl.Chains()[0]
 	id := ChunkID{Inode: 42, Index: 0}
 	data := make([]byte, 1<<20+5000) // the last block is short

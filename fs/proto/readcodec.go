@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"math"
 )
 
 // Batched reads are the cluster's hottest requests (a batch of small
@@ -163,23 +164,18 @@ func (d *decoder) uvarint() uint64 {
 	return v
 }
 
-func (d *decoder) u32() uint32 {
+// upTo reads a uvarint no larger than max.
+func (d *decoder) upTo(max uint64) uint64 {
 	v := d.uvarint()
-	if v > 1<<32-1 {
-		d.fail(fmt.Errorf("id %d out of range", v))
-		return 0
-	}
-	return uint32(v)
-}
-
-func (d *decoder) int64() int64 {
-	v := d.uvarint()
-	if v > 1<<63-1 {
+	if v > max {
 		d.fail(fmt.Errorf("value %d out of range", v))
 		return 0
 	}
-	return int64(v)
+	return v
 }
+
+func (d *decoder) u32() uint32  { return uint32(d.upTo(math.MaxUint32)) }
+func (d *decoder) int64() int64 { return int64(d.upTo(math.MaxInt64)) }
 
 func (d *decoder) byte() byte {
 	if d.err != nil {
