@@ -660,19 +660,20 @@ func (c *Client) readBatch(ctx context.Context, r *proto.Routing, reads []ChunkR
 	got := make([]int64, len(b.ios))    // bytes stored per IO, from the reply
 	bad := make([]bool, len(b.ios))     // bytes that failed the client's check
 	local := make([][]byte, len(b.ios)) // a local read's block CRCs
-	// deliver fills IO i's callers' buffers with res.N bytes from rd: a
-	// span read for one buffer at its offset lands in place; merged spans
-	// go through a scratch buffer and are scattered.
-	deliver := func(i int, n int64, rd io.Reader, sums []byte) error {
+	// deliver fills IO i's callers' buffers with its n bytes, checked
+	// against sums, by fill: a span read for one buffer at its offset
+	// lands in place; merged spans go through a scratch buffer and are
+	// scattered.
+	deliver := func(i int, n int64, fill fillFunc, sums []byte) error {
 		sp := b.spans[i]
 		if len(sp.members) == 1 && reads[sp.members[0]].Off == sp.off {
-			ok, err := readVerified(rd, reads[sp.members[0]].Buf[:n], sums)
+			ok, err := fill(reads[sp.members[0]].Buf[:n], sums)
 			bad[i] = !ok
 			return err
 		}
 		tmp := transport.GetBuffer(int(n))
 		defer transport.PutBuffer(tmp)
-		ok, err := readVerified(rd, tmp, sums)
+		ok, err := fill(tmp, sums)
 		bad[i] = !ok
 		if err == nil && ok {
 			for _, m := range sp.members {
@@ -720,7 +721,7 @@ func (c *Client) readBatch(ctx context.Context, r *proto.Routing, reads []ChunkR
 				local[i] = sums
 				continue
 			}
-			if err := deliver(i, res.N, rd, sums); err != nil {
+			if err := deliver(i, res.N, streamFill(rd), sums); err != nil {
 				return err
 			}
 			got[i] = res.N
@@ -807,6 +808,31 @@ func (c *Client) readBatch(ctx context.Context, r *proto.Routing, reads []ChunkR
 // verified by the client; smaller ones by the target.
 const clientVerifyMin = 64 << 10
 
+// fillFunc fills buf with the bytes of one read and checks them against
+// sums (the big-endian CRC32C of each proto.BlockSize block; nil: no
+// check): ok=false on a mismatch. err is a read error.
+type fillFunc func(buf, sums []byte) (ok bool, err error)
+
+// streamFill fills from a stream (the connection, a file section).
+func streamFill(r io.Reader) fillFunc {
+	return func(buf, sums []byte) (bool, error) { return readVerified(r, buf, sums) }
+}
+
+// checkSums reports whether every block of buf matches sums (nil: no
+// check).
+func checkSums(buf, sums []byte) bool {
+	if sums == nil {
+		return true
+	}
+	for b := 0; b < len(buf); b += proto.BlockSize {
+		k := b / proto.BlockSize
+		if crc32.Checksum(buf[b:min(b+proto.BlockSize, len(buf))], castagnoli) != binary.BigEndian.Uint32(sums[4*k:]) {
+			return false
+		}
+	}
+	return true
+}
+
 // readVerified fills buf from r. With sums (the big-endian CRC32C of each
 // proto.BlockSize block of buf, the last possibly short), it checks the
 // blocks as they arrive, a segment at a time while the bytes are still in
@@ -824,12 +850,7 @@ func readVerified(r io.Reader, buf []byte, sums []byte) (ok bool, err error) {
 		if _, err := io.ReadFull(r, buf[lo:hi]); err != nil {
 			return false, err
 		}
-		for b := lo; ok && b < hi; b += proto.BlockSize {
-			k := b / proto.BlockSize
-			if crc32.Checksum(buf[b:min(b+proto.BlockSize, hi)], castagnoli) != binary.BigEndian.Uint32(sums[4*k:]) {
-				ok = false
-			}
-		}
+		ok = ok && checkSums(buf[lo:hi], sums[4*(lo/proto.BlockSize):])
 	}
 	return ok, nil
 }

@@ -8,6 +8,7 @@ import (
 	"sync"
 	"unsafe"
 
+	"golang.org/x/sync/errgroup"
 	"golang.org/x/sys/unix"
 
 	"github.com/ffkit/ffkit/fs/proto"
@@ -18,9 +19,10 @@ import (
 // bytes, which never changes, and the client reads them itself. Bytes the
 // target found out of its page cache (ReadResult.Cold) are read
 //   - with O_DIRECT if the caller asked (ChunkRead.Direct), in directPiece
-//     requests straight into the caller's buffer when it is aligned: the
-//     device sees requests of the size it serves best, and neither the
-//     page cache nor a copy out of it is involved;
+//     requests, directParallel at once, straight into the caller's buffer
+//     when it is aligned: the device sees requests of the size and depth
+//     it serves best, and neither the page cache nor a copy out of it is
+//     involved;
 //   - through the page cache otherwise (the kernel's read-ahead fetching
 //     ahead of the client's reads), which keeps them for the next reader.
 
@@ -31,7 +33,7 @@ var testHookLocalRead func(res *proto.ReadResult)
 
 // readLocal reads a local result's bytes from the chunk file the target
 // named and delivers them, checked against sums.
-func (c *Client) readLocal(i int, res *proto.ReadResult, direct bool, sums []byte, deliver func(int, int64, io.Reader, []byte) error) error {
+func (c *Client) readLocal(i int, res *proto.ReadResult, direct bool, sums []byte, deliver func(int, int64, fillFunc, []byte) error) error {
 	if testHookLocalRead != nil {
 		testHookLocalRead(res)
 	}
@@ -50,11 +52,11 @@ func (c *Client) readLocal(i int, res *proto.ReadResult, direct bool, sums []byt
 		return fmt.Errorf("local read: %w", err)
 	}
 	defer f.Close()
-	var rd io.Reader = io.NewSectionReader(f, res.FileOff, res.N)
+	fill := streamFill(io.NewSectionReader(f, res.FileOff, res.N))
 	if odirect {
-		rd = &directReader{f: f, off: res.FileOff, end: res.FileOff + res.N}
+		fill = directFill(f, res.FileOff)
 	}
-	if err := deliver(i, res.N, rd, sums); err != nil {
+	if err := deliver(i, res.N, fill, sums); err != nil {
 		return fmt.Errorf("local read of %s: %w", res.Path, err)
 	}
 	c.countLocalRead(res.N)
@@ -73,41 +75,47 @@ var bouncePool = sync.Pool{New: func() any {
 	return &b
 }}
 
-// directReader reads [off, end) of an O_DIRECT file in order. A Read into
-// an aligned buffer of whole blocks goes straight there; any other (an
-// unaligned buffer, the short tail of a chunk) through an aligned bounce
-// buffer.
-type directReader struct {
-	f        *os.File
-	off, end int64
+// directFill fills a buffer from an O_DIRECT file at off, in directPiece
+// reads, directParallel at once (the device serves a few reads in flight
+// much faster than one), then checks the sums. A piece of an aligned
+// buffer is read straight into it; any other (an unaligned buffer, the
+// short tail of a chunk) through an aligned bounce buffer.
+func directFill(f *os.File, off int64) fillFunc {
+	return func(buf, sums []byte) (bool, error) {
+		var g errgroup.Group
+		g.SetLimit(directParallel)
+		for lo := 0; lo < len(buf); lo += directPiece {
+			p := buf[lo:min(lo+directPiece, len(buf))]
+			at := off + int64(lo)
+			g.Go(func() error { return readDirect(f, p, at) })
+		}
+		if err := g.Wait(); err != nil {
+			return false, err
+		}
+		return checkSums(buf, sums), nil
+	}
 }
 
-func (d *directReader) Read(p []byte) (int, error) {
-	if d.off >= d.end {
-		return 0, io.EOF
-	}
-	p = p[:min(int64(len(p)), d.end-d.off, directPiece)]
-	if len(p) == 0 {
-		return 0, nil
-	}
+const directParallel = 4
+
+// readDirect fills p (at most directPiece bytes) from an O_DIRECT file at
+// off (aligned).
+func readDirect(f *os.File, p []byte, off int64) error {
 	if uintptr(unsafe.Pointer(&p[0]))%directAlign == 0 && len(p)%directAlign == 0 {
-		n, err := d.f.ReadAt(p, d.off)
-		d.off += int64(n)
+		n, err := f.ReadAt(p, off)
 		if n == len(p) {
-			err = nil
+			return nil
 		}
-		return n, noEOF(err)
+		return noEOF(err)
 	}
 	bp := bouncePool.Get().(*[]byte)
 	defer bouncePool.Put(bp)
 	want := (len(p) + directAlign - 1) &^ (directAlign - 1)
-	n, err := d.f.ReadAt((*bp)[:want], d.off)
-	n = copy(p, (*bp)[:min(n, len(p))])
-	d.off += int64(n)
-	if n == len(p) {
-		err = nil
+	n, err := f.ReadAt((*bp)[:want], off)
+	if copy(p, (*bp)[:min(n, len(p))]) == len(p) {
+		return nil
 	}
-	return n, noEOF(err)
+	return noEOF(err)
 }
 
 // noEOF turns a short read's EOF into ErrUnexpectedEOF: the file was
