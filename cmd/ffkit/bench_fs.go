@@ -425,23 +425,26 @@ func (b *fsBench) nativeRun(ctx context.Context, side *fsSide, rw string, bs int
 		// Random 4 KiB reads through the batched path, depth in flight:
 		// nativeBatches workers each keep one ReadBatch of depth/nativeBatches
 		// reads outstanding (so the storage services always have work queued
-		// while a batch's replies come back).
+		// while a batch's replies come back). The blocks are a random
+		// permutation, each read once, as fio's random map does: a block
+		// read twice would come from the storage's page cache.
 		blocks := b.size / bs
 		workers := min(nativeBatches, depth)
 		per := depth / workers
 		opts.Workers = workers
 		opts.Count = max(1, blocks/int64(depth))
+		order := rand.New(rand.NewPCG(1, 2)).Perm(int(blocks))
 		bufs := make([][]byte, workers)
 		reqs := make([][]fs.ReadRequest, workers)
-		rngs := make([]*rand.Rand, workers)
 		for w := range workers {
 			bufs[w] = make([]byte, int64(per)*bs)
 			reqs[w] = make([]fs.ReadRequest, per)
-			rngs[w] = rand.New(rand.NewPCG(1, uint64(w)))
 		}
 		return bench.Run(ctx, opts, func(ctx context.Context, w int, seq int64) (int64, error) {
+			next := (int64(w)*opts.Count + seq) * int64(per)
 			for i := range reqs[w] {
-				reqs[w][i] = fs.ReadRequest{File: f, Off: rngs[w].Int64N(blocks) * bs, Buf: bufs[w][int64(i)*bs : int64(i+1)*bs]}
+				blk := int64(order[(next+int64(i))%blocks])
+				reqs[w][i] = fs.ReadRequest{File: f, Off: blk * bs, Buf: bufs[w][int64(i)*bs : int64(i+1)*bs]}
 			}
 			return int64(per) * bs, b.native.ReadBatch(ctx, reqs[w])
 		})
