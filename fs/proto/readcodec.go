@@ -2,6 +2,7 @@ package proto
 
 import (
 	"encoding/binary"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
@@ -45,9 +46,17 @@ func (r BatchReadReq) AppendHeader(b []byte) []byte {
 	return b
 }
 
-// DecodeHeader decodes what AppendHeader wrote.
+// DecodeHeader decodes what AppendHeader wrote, or the JSON form older
+// clients send.
 func (r *BatchReadReq) DecodeHeader(h []byte) error {
-	d := decoder{b: h, what: "batch read request"}
+	if len(h) > 0 && h[0] == '{' {
+		type plain BatchReadReq
+		if err := json.Unmarshal(h, (*plain)(r)); err != nil {
+			return fmt.Errorf("%w: bad batch read request header: %w", ErrBadRequest, err)
+		}
+		return nil
+	}
+	d := decoder{b: h, what: "batch read request", kind: ErrBadRequest}
 	d.magic('R')
 	r.Host = d.string()
 	n := d.count(8)
@@ -97,9 +106,17 @@ func (r BatchReadResp) AppendHeader(b []byte) []byte {
 	return b
 }
 
-// DecodeHeader decodes what AppendHeader wrote.
+// DecodeHeader decodes what AppendHeader wrote, or the JSON form older
+// services send. A malformed reply is an ErrIO (the read is retried).
 func (r *BatchReadResp) DecodeHeader(h []byte) error {
-	d := decoder{b: h, what: "batch read reply"}
+	if len(h) > 0 && h[0] == '{' {
+		type plain BatchReadResp
+		if err := json.Unmarshal(h, (*plain)(r)); err != nil {
+			return fmt.Errorf("%w: bad batch read reply header: %w", ErrIO, err)
+		}
+		return nil
+	}
+	d := decoder{b: h, what: "batch read reply", kind: ErrIO}
 	d.magic('r')
 	n := d.count(3)
 	r.Results = make([]ReadResult, n)
@@ -132,6 +149,7 @@ type decoder struct {
 	b    []byte
 	off  int
 	what string
+	kind error // what a malformed header is (ErrBadRequest, ErrIO)
 	err  error
 }
 
@@ -139,7 +157,7 @@ var errShort = errors.New("truncated")
 
 func (d *decoder) fail(err error) {
 	if d.err == nil {
-		d.err = fmt.Errorf("%w: bad %s header at byte %d: %w", ErrBadRequest, d.what, d.off, err)
+		d.err = fmt.Errorf("%w: bad %s header at byte %d: %w", d.kind, d.what, d.off, err)
 	}
 }
 
