@@ -73,9 +73,18 @@ type nodeLoad struct {
 	// batch does not pay a timeout before mgmtd reacts.
 	suspectUntil atomic.Int64
 	// noLocal: this node's chunk files are not readable here (permission
-	// denied): no more local reads from it.
-	noLocal atomic.Bool
+	// denied, or maxLocalFails local reads in a row failed): no more
+	// local reads from it.
+	noLocal    atomic.Bool
+	localFails atomic.Int32 // local reads failed in a row
 }
+
+// Local reads: at most localParallel at once per batch; maxLocalFails
+// failures in a row turn them off for a node.
+const (
+	localParallel = 4
+	maxLocalFails = 8
+)
 
 func (n *nodeLoad) suspect() bool { return time.Now().UnixNano() < n.suspectUntil.Load() }
 
@@ -425,8 +434,9 @@ type span struct {
 	// noLocal: a local read of the span failed (its file was replaced by
 	// a newer version since the reply, or is not readable here): the span
 	// is read over the connection.
-	noLocal bool
-	direct  bool // some member asked for O_DIRECT (ChunkRead.Direct)
+	noLocal     bool
+	localFailed bool // the local read failed in the last attempt
+	direct      bool // some member asked for O_DIRECT (ChunkRead.Direct)
 }
 
 // affinitySlack is how many more bytes in flight a chunk's preferred
@@ -500,8 +510,26 @@ func (c *Client) ReadChunks(ctx context.Context, reads []ChunkRead) error {
 		spans[i] = &all[i]
 	}
 	return c.retry(ctx, fmt.Sprintf("read %d ranges", len(reads)), func(ctx context.Context, r *proto.Routing) error {
-		return c.readAttempt(ctx, r, reads, spans)
+		err := c.readAttempt(ctx, r, reads, spans)
+		if err != nil && localFailed(spans) {
+			// A local read failed (its file was just replaced, most
+			// likely): read those spans over the connection now, without
+			// the backoff and routing refresh of a failed attempt.
+			err = c.readAttempt(ctx, r, reads, spans)
+		}
+		return err
 	})
+}
+
+// localFailed reports whether a span not read yet failed its local read
+// in the last attempt, and clears the marks.
+func localFailed(spans []*span) bool {
+	failed := false
+	for _, sp := range spans {
+		failed = failed || sp.localFailed && !sp.done
+		sp.localFailed = false
+	}
+	return failed
 }
 
 func cmpU(a, b uint64) int {
@@ -739,25 +767,40 @@ func (c *Client) readBatch(ctx context.Context, r *proto.Routing, reads []ChunkR
 		}
 		return err
 	}
+	// Local reads, a few at once (the disk serves them in parallel).
+	var localMu sync.Mutex // guards localErr
 	var localErr error
+	var lg errgroup.Group
+	lg.SetLimit(localParallel)
+	nl := c.node(b.node)
 	for i, sums := range local {
 		if sums == nil {
 			continue
 		}
-		res := &resp.Results[i]
-		if err := c.readLocal(i, res, b.spans[i].direct, sums, deliver); err != nil {
-			// The span is read again over the connection.
-			b.spans[i].noLocal = true
-			if errors.Is(err, os.ErrPermission) {
-				c.node(b.node).noLocal.Store(true)
+		lg.Go(func() error {
+			res := &resp.Results[i]
+			err := c.readLocal(i, res, b.spans[i].direct, sums, deliver)
+			if err == nil {
+				nl.localFails.Store(0)
+				got[i] = res.N
+				return nil
 			}
+			// The span is read again over the connection, at once
+			// (ReadChunks); a node whose files keep failing here is read
+			// over the connection from now on.
+			b.spans[i].noLocal, b.spans[i].localFailed = true, true
+			if errors.Is(err, os.ErrPermission) || nl.localFails.Add(1) >= maxLocalFails {
+				nl.noLocal.Store(true)
+			}
+			localMu.Lock()
 			if localErr == nil {
 				localErr = fmt.Errorf("%w: %w (reading it from the target instead)", proto.ErrTargetOffline, err)
 			}
-			continue
-		}
-		got[i] = res.N
+			localMu.Unlock()
+			return nil
+		})
 	}
+	lg.Wait()
 	firstErr := localErr
 	for i, res := range resp.Results {
 		sp := b.spans[i]

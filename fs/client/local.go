@@ -38,20 +38,22 @@ func (c *Client) readLocal(i int, res *proto.ReadResult, direct bool, sums []byt
 		testHookLocalRead(res)
 	}
 	odirect := direct && res.Cold && res.FileOff%directAlign == 0
-	flags := os.O_RDONLY
-	if odirect {
-		flags |= unix.O_DIRECT
-	}
-	f, err := os.OpenFile(res.Path, flags, 0)
+	// Only a regular file, never through a symlink, and no blocking open
+	// of a FIFO, whatever path the target named.
+	flags := os.O_RDONLY | unix.O_NOFOLLOW | unix.O_NONBLOCK
+	f, err := os.OpenFile(res.Path, flags|directFlag(odirect), 0)
 	if odirect && errors.Is(err, unix.EINVAL) {
 		// A file system without O_DIRECT: read through the page cache.
 		odirect = false
-		f, err = os.Open(res.Path)
+		f, err = os.OpenFile(res.Path, flags, 0)
 	}
 	if err != nil {
 		return fmt.Errorf("local read: %w", err)
 	}
 	defer f.Close()
+	if st, err := f.Stat(); err != nil || !st.Mode().IsRegular() || st.Size() < res.FileOff+res.N {
+		return fmt.Errorf("local read: %s is not a regular file holding [%d, +%d) (%v)", res.Path, res.FileOff, res.N, err)
+	}
 	fill := streamFill(io.NewSectionReader(f, res.FileOff, res.N))
 	if odirect {
 		fill = directFill(f, res.FileOff)
@@ -61,6 +63,13 @@ func (c *Client) readLocal(i int, res *proto.ReadResult, direct bool, sums []byt
 	}
 	c.countLocalRead(res.N)
 	return nil
+}
+
+func directFlag(on bool) int {
+	if on {
+		return unix.O_DIRECT
+	}
+	return 0
 }
 
 const (

@@ -216,3 +216,32 @@ func TestLocalReadsCold(t *testing.T) {
 		}
 	}
 }
+
+// A path that is a symlink (even to the right file), a FIFO or a
+// directory is not read (and a FIFO does not block the open): the range
+// comes over the connection, right.
+func TestLocalReadRefusesOddFiles(t *testing.T) {
+	c := startInproc(t)
+	cl := c.dial(t, Options{})
+	chain, id, data := localFixture(t, cl)
+	dir := t.TempDir()
+	fifo := filepath.Join(dir, "fifo")
+	if err := unix.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	link := filepath.Join(dir, "link")
+	for _, odd := range []string{link, fifo, dir} {
+		testHookLocalRead = func(res *proto.ReadResult) {
+			if odd == link {
+				os.Symlink(res.Path, link)
+			}
+			res.Path = odd
+		}
+		before := cl.ReadStats()
+		checkReads(t, cl, chain, id, data, [3]int{0, 1 << 20, 0})
+		if d := cl.ReadStats().Sub(before); d.LocalBytes != 0 {
+			t.Errorf("%s: %d bytes read locally", odd, d.LocalBytes)
+		}
+	}
+	testHookLocalRead = nil
+}

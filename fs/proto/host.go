@@ -6,10 +6,11 @@ import (
 	"sync"
 )
 
-// HostID names this host and mount namespace: the kernel's boot id and
-// the mount namespace, so two processes with equal HostIDs see the same
-// files at the same paths. "" when either is unknown (no /proc): such a
-// process neither offers nor asks for local reads (ReadIO.Local).
+// HostID names this host, mount namespace and root directory: the
+// kernel's boot id, the mount namespace and the root (a chroot's), so two
+// processes with equal HostIDs see the same files at the same paths. ""
+// when any is unknown (no /proc): such a process neither offers nor asks
+// for local reads (ReadIO.Local).
 var HostID = sync.OnceValue(func() string {
 	boot, err := os.ReadFile("/proc/sys/kernel/random/boot_id")
 	if err != nil {
@@ -19,5 +20,9 @@ var HostID = sync.OnceValue(func() string {
 	if err != nil {
 		return ""
 	}
-	return strings.TrimSpace(string(boot)) + "/" + mnt
+	root, err := os.Readlink("/proc/self/root")
+	if err != nil {
+		return ""
+	}
+	return strings.TrimSpace(string(boot)) + "/" + mnt + "/" + root
 })
