@@ -77,6 +77,9 @@ type nodeLoad struct {
 	// local reads from it.
 	noLocal    atomic.Bool
 	localFails atomic.Int32 // local reads failed in a row
+	// here: the node answered a local read, so it runs on this host;
+	// reads that can be local prefer such nodes.
+	here atomic.Bool
 }
 
 // Local reads: at most localParallel at once per batch; maxLocalFails
@@ -594,6 +597,21 @@ func (c *Client) readAttempt(ctx context.Context, r *proto.Routing, reads []Chun
 			clear(sp.failed) // every replica failed once: try them all again
 			ok = cands
 		}
+		n := sp.end - sp.off
+		// A read that can be a local one (proto.ReadIO.Local) goes to a
+		// replica on this host if there is one.
+		if n >= clientVerifyMin && !c.opts.NoLocalReads && !sp.noLocal {
+			var hereBuf [8]proto.ChainTarget
+			here := hereBuf[:0]
+			for _, t := range ok {
+				if nl := c.node(t.Node); nl.here.Load() && !nl.noLocal.Load() {
+					here = append(here, t)
+				}
+			}
+			if len(here) > 0 {
+				ok = here
+			}
+		}
 		// Each chunk has a preferred replica (by hash), so that repeated
 		// reads of it find it in that replica's page cache and the hosts
 		// cache one copy of it, not three; a replica with clearly less
@@ -614,7 +632,6 @@ func (c *Client) readAttempt(ctx context.Context, r *proto.Routing, reads []Chun
 			}
 			sp.verifyAt, sums = 0, false
 		}
-		n := sp.end - sp.off
 		// Large block-aligned reads are verified here, on bytes just
 		// received (see proto.ReadIO.Sums); the target does not read them.
 		sums = sums && n >= clientVerifyMin && sp.off%proto.BlockSize == 0
@@ -747,6 +764,7 @@ func (c *Client) readBatch(ctx context.Context, r *proto.Routing, reads []ChunkR
 			}
 			if res.Path != "" {
 				local[i] = sums
+				c.node(b.node).here.Store(true)
 				continue
 			}
 			if err := deliver(i, res.N, streamFill(rd), sums); err != nil {

@@ -25,16 +25,24 @@ type inproc struct {
 }
 
 func startStorage(t testing.TB, dir string, node int, maddr string) *storage.Service {
-	return startStorageVFS(t, dir, node, maddr, nil)
+	return startStorageWith(t, dir, node, maddr, func(*storage.Config) {})
 }
 
 func startStorageVFS(t testing.TB, dir string, node int, maddr string, vfs storage.VFS) *storage.Service {
+	return startStorageWith(t, dir, node, maddr, func(c *storage.Config) { c.VFS = vfs })
+}
+
+// startStorageWith starts storage service node, its config adjusted by
+// tweak.
+func startStorageWith(t testing.TB, dir string, node int, maddr string, tweak func(*storage.Config)) *storage.Service {
 	var tcs []storage.TargetConfig
 	for i := 1; i <= 2; i++ {
 		tcs = append(tcs, storage.TargetConfig{ID: proto.TargetID(node*100 + i), Dir: filepath.Join(dir, fmt.Sprintf("s%d/t%d", node, i))})
 	}
-	s, err := storage.Start(storage.Config{Node: proto.NodeID(node), Targets: tcs, Mgmtd: []string{maddr}, Token: "tok", VFS: vfs,
-		Logf: func(f string, a ...any) { t.Logf(f, a...) }})
+	cfg := storage.Config{Node: proto.NodeID(node), Targets: tcs, Mgmtd: []string{maddr}, Token: "tok",
+		Logf: func(f string, a ...any) { t.Logf(f, a...) }}
+	tweak(&cfg)
+	s, err := storage.Start(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -42,6 +50,13 @@ func startStorageVFS(t testing.TB, dir string, node int, maddr string, vfs stora
 }
 
 func startInproc(t testing.TB) *inproc {
+	t.Helper()
+	return startInprocWith(t, func(int, *storage.Config) {})
+}
+
+// startInprocWith is startInproc with each storage service's config
+// adjusted by tweak.
+func startInprocWith(t testing.TB, tweak func(node int, c *storage.Config)) *inproc {
 	t.Helper()
 	c := &inproc{dir: t.TempDir()}
 	c.mopts = mgmtd.Options{Token: "tok", Store: memkv.New(memkv.Options{}), Replicas: 3, ExpectTargets: 6,
@@ -53,7 +68,7 @@ func startInproc(t testing.TB) *inproc {
 		t.Fatal(err)
 	}
 	for n := 1; n <= 3; n++ {
-		c.storages = append(c.storages, startStorage(t, c.dir, n, c.m.Addr()))
+		c.storages = append(c.storages, startStorageWith(t, c.dir, n, c.m.Addr(), func(cfg *storage.Config) { tweak(n, cfg) }))
 	}
 	t.Cleanup(func() {
 		for _, s := range c.storages {

@@ -13,6 +13,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/ffkit/ffkit/fs/proto"
+	"github.com/ffkit/ffkit/fs/storage"
 )
 
 // localFixture writes one chunk of 3 MiB + 1000 bytes (a short last block)
@@ -244,4 +245,35 @@ func TestLocalReadRefusesOddFiles(t *testing.T) {
 		}
 	}
 	testHookLocalRead = nil
+}
+
+// When only one storage service is on this host (here the others refuse
+// local reads, as services on other hosts would), large reads go to its
+// replicas once it has answered one: after the first read every byte of
+// the large reads is read locally; small reads still spread by chunk.
+func TestLocalReadsPreferThisHost(t *testing.T) {
+	c := startInprocWith(t, func(node int, cfg *storage.Config) { cfg.NoLocalReads = node != 1 })
+	cl := c.dial(t, Options{})
+	chain := cl.Chains()[0]
+	data := make([]byte, 1<<20)
+	var ids []ChunkID
+	for i := range 16 {
+		id := ChunkID{Inode: 5, Index: uint64(i)}
+		if err := cl.WriteChunk(context.Background(), chain, id, 0, data); err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, id)
+	}
+	// Until a read lands on node 1 by its chunk's hash, no node is known
+	// to be here.
+	for _, id := range ids {
+		checkReads(t, cl, chain, id, data, [3]int{0, 1 << 20, 0})
+	}
+	before := cl.ReadStats()
+	for _, id := range ids {
+		checkReads(t, cl, chain, id, data, [3]int{0, 1 << 20, 0})
+	}
+	if d := cl.ReadStats().Sub(before); d.LocalBytes != d.Bytes || d.Bytes != 16<<20 {
+		t.Errorf("%d of %d bytes read locally", d.LocalBytes, d.Bytes)
+	}
 }
