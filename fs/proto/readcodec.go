@@ -49,14 +49,11 @@ func (r BatchReadReq) AppendHeader(b []byte) []byte {
 // DecodeHeader decodes what AppendHeader wrote, or the JSON form older
 // clients send.
 func (r *BatchReadReq) DecodeHeader(h []byte) error {
-	if len(h) > 0 && h[0] == '{' {
-		type plain BatchReadReq
-		if err := json.Unmarshal(h, (*plain)(r)); err != nil {
-			return fmt.Errorf("%w: bad batch read request header: %w", ErrBadRequest, err)
-		}
-		return nil
-	}
 	d := decoder{b: h, what: "batch read request", kind: ErrBadRequest}
+	type plain BatchReadReq // no DecodeHeader method: plain JSON
+	if d.json((*plain)(r)) {
+		return d.err
+	}
 	d.magic('R')
 	r.Host = d.string()
 	n := d.count(8)
@@ -109,14 +106,11 @@ func (r BatchReadResp) AppendHeader(b []byte) []byte {
 // DecodeHeader decodes what AppendHeader wrote, or the JSON form older
 // services send. A malformed reply is an ErrIO (the read is retried).
 func (r *BatchReadResp) DecodeHeader(h []byte) error {
-	if len(h) > 0 && h[0] == '{' {
-		type plain BatchReadResp
-		if err := json.Unmarshal(h, (*plain)(r)); err != nil {
-			return fmt.Errorf("%w: bad batch read reply header: %w", ErrIO, err)
-		}
-		return nil
-	}
 	d := decoder{b: h, what: "batch read reply", kind: ErrIO}
+	type plain BatchReadResp
+	if d.json((*plain)(r)) {
+		return d.err
+	}
 	d.magic('r')
 	n := d.count(3)
 	r.Results = make([]ReadResult, n)
@@ -159,6 +153,18 @@ func (d *decoder) fail(err error) {
 	if d.err == nil {
 		d.err = fmt.Errorf("%w: bad %s header at byte %d: %w", d.kind, d.what, d.off, err)
 	}
+}
+
+// json decodes the header into v if it is the JSON form older peers
+// send, and reports whether it was (d.err holds the outcome).
+func (d *decoder) json(v any) bool {
+	if len(d.b) == 0 || d.b[0] != '{' {
+		return false
+	}
+	if err := json.Unmarshal(d.b, v); err != nil {
+		d.fail(err)
+	}
+	return true
 }
 
 func (d *decoder) magic(m byte) {
