@@ -37,6 +37,14 @@ func (s ReadStats) Sub(o ReadStats) ReadStats {
 	return ReadStats{Calls: s.Calls - o.Calls, Requests: s.Requests - o.Requests, IOs: s.IOs - o.IOs, Bytes: s.Bytes - o.Bytes, LocalBytes: s.LocalBytes - o.LocalBytes}
 }
 
+// LocalShare is LocalBytes / Bytes (0 without bytes).
+func (s ReadStats) LocalShare() float64 {
+	if s.Bytes == 0 {
+		return 0
+	}
+	return float64(s.LocalBytes) / float64(s.Bytes)
+}
+
 // BytesPerRequest is Bytes / Requests (0 without requests).
 func (s ReadStats) BytesPerRequest() float64 {
 	if s.Requests == 0 {

@@ -388,9 +388,7 @@ func (b *fsBench) nativeSide(ctx context.Context, rw string, bs int64, threads, 
 	if hasStats && (rw == "read" || rw == "randread") {
 		d := cs.Chunks().ReadStats().Sub(before)
 		side.RequestsPerBatch, side.BytesPerRequest = d.RequestsPerCall(), d.BytesPerRequest()
-		if d.Bytes > 0 {
-			side.LocalShare = float64(d.LocalBytes) / float64(d.Bytes)
-		}
+		side.LocalShare = float64(d.LocalBytes) / float64(max(d.Bytes, 1))
 	}
 	side.MiBPerSec, side.Bytes, side.Seconds = res.MiBPerSec, res.Bytes, res.Seconds
 	side.IOPS = res.BytesPerSec / float64(bs)

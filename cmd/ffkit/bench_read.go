@@ -64,6 +64,9 @@ type benchReadResult struct {
 	BytesPerRequest         float64 `json:"bytes_per_request,omitempty"`
 	RangesPerRequest        float64 `json:"ranges_per_request,omitempty"`
 	StorageRequests         int64   `json:"storage_requests,omitempty"`
+	// LocalShare: the part of those bytes read by short-circuit reads of
+	// chunk files on this host.
+	LocalShare float64 `json:"local_share,omitempty"`
 	// fio 4 KiB random reads on the dataset's full-size files (--fio)
 	FioIOPS    float64            `json:"fio_iops,omitempty"`
 	FioEngine  string             `json:"fio_engine,omitempty"`
@@ -314,6 +317,7 @@ func runBenchRead(ctx context.Context, paths []string, f benchReadFlags) error {
 		res.StorageRequests = reqStats.Requests
 		res.StorageRequestsPerBatch = float64(reqStats.Requests) / float64(reqBatches)
 		res.BytesPerRequest = reqStats.BytesPerRequest()
+		res.LocalShare = reqStats.LocalShare()
 		if reqStats.Requests > 0 {
 			res.RangesPerRequest = float64(reqStats.IOs) / float64(reqStats.Requests)
 		}
@@ -348,8 +352,8 @@ func runBenchRead(ctx context.Context, paths []string, f benchReadFlags) error {
 		t.AddRow(append([]string{"fio randread 4 KiB " + res.FioEngine + " qd64", bench.FormatFloat(res.FioIOPS, 0), "", "", "", bench.FormatRatio(res.FioRatio)}, blank...)...)
 	}
 	if counted {
-		t.Notes = append(t.Notes, fmt.Sprintf("ffkit ReadBatch on the cluster: %s storage requests per batch of %d samples, %s per request, %s merged ranges per request",
-			bench.FormatFloat(res.StorageRequestsPerBatch, 1), f.batchSize, bench.FormatBytes(int64(res.BytesPerRequest)), bench.FormatFloat(res.RangesPerRequest, 1)))
+		t.Notes = append(t.Notes, fmt.Sprintf("ffkit ReadBatch on the cluster: %s storage requests per batch of %d samples, %s per request, %s merged ranges per request, %.0f%% of the bytes read locally (short-circuit)",
+			bench.FormatFloat(res.StorageRequestsPerBatch, 1), f.batchSize, bench.FormatBytes(int64(res.BytesPerRequest)), bench.FormatFloat(res.RangesPerRequest, 1), 100*res.LocalShare))
 	}
 	t.Notes = append(t.Notes,
 		"ffkit latencies are per batch; the baseline's are per pread",

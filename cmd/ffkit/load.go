@@ -54,6 +54,9 @@ type loadSummary struct {
 	// On a file system that counts its storage requests (ffkit:// paths).
 	StorageRequestsPerBatch float64 `json:"storage_requests_per_batch,omitempty"`
 	BytesPerRequest         float64 `json:"bytes_per_request,omitempty"`
+	// LocalShare: the part of the bytes read by short-circuit reads of
+	// chunk files on this host.
+	LocalShare float64 `json:"local_share,omitempty"`
 }
 
 func newLoadCmd() *cobra.Command {
@@ -266,6 +269,7 @@ Several PATHs are one dataset; with --weights they are a weighted mixture
 				d := reqAfter.Sub(reqBefore)
 				sum.StorageRequestsPerBatch = float64(d.Requests) / float64(s.Batches)
 				sum.BytesPerRequest = d.BytesPerRequest()
+				sum.LocalShare = d.LocalShare()
 			}
 			if printIdx {
 				// stdout holds the indices only; the summary goes to stderr.
@@ -321,7 +325,7 @@ func printLoadSummary(w io.Writer, s loadSummary) {
 	fmt.Fprintf(w, "  memory peak %.1f MiB of a %.1f MiB budget; %.1f read requests per batch; %.4f of consecutive samples are neighbours\n",
 		float64(s.MemoryPeak)/(1<<20), float64(s.MemoryBudget)/(1<<20), s.ReadsPerBatch, s.NearFrac)
 	if s.StorageRequestsPerBatch > 0 {
-		fmt.Fprintf(w, "  %.1f storage requests per batch, %.0f bytes per request\n", s.StorageRequestsPerBatch, s.BytesPerRequest)
+		fmt.Fprintf(w, "  %.1f storage requests per batch, %.0f bytes per request, %.0f%% of the bytes read locally (short-circuit)\n", s.StorageRequestsPerBatch, s.BytesPerRequest, 100*s.LocalShare)
 	}
 	if s.Skipped > 0 {
 		fmt.Fprintf(w, "  skipped %d bad samples\n", s.Skipped)
