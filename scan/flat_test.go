@@ -60,7 +60,7 @@ for codec in ["NONE", "SNAPPY", "GZIP", "ZSTD", "LZ4"]:
 		CASE WHEN i %% 3 = 0 THEN NULL ELSE i * 0.5 END::DOUBLE AS f64, (i %% 9)::FLOAT AS f32, DATE '2021-03-01' + (i %% 30)::INTEGER AS d
 		FROM range(30000) t(i)) TO '%s' (FORMAT parquet, COMPRESSION zstd, ROW_GROUP_SIZE 12000)`, duck)
 	files = append(files, duck)
-	decoded, declined := forEachChunk(t, append(files, lz4...), func(path string, pf *File, rg, c int) bool {
+	forEachChunk(t, "column", append(files, lz4...), func(path string, pf *File, rg, c int) bool {
 		s := getScratch()
 		vals, valid, nulls, err := pf.decodeFlat(rg, c, s)
 		if err == errDecline {
@@ -96,10 +96,6 @@ for codec in ["NONE", "SNAPPY", "GZIP", "ZSTD", "LZ4"]:
 		rec.Release()
 		return true
 	})
-	t.Logf("%d column chunks decoded, %d declined", decoded, declined)
-	if decoded == 0 {
-		t.Fatal("nothing decoded")
-	}
 	// a filter+projection through the flat path equals the general path
 	// (i64 has no nulls: its comparisons with a constant take selectFlat)
 	wheres := []string{"i32 > 20 OR f64 IS NULL", "i64 < 9000", "30000 >= i64", "i64 != 700", "f64 > 1000.5", "d = DATE '2020-01-07'", "i32 <= -3"}
@@ -217,7 +213,7 @@ for codec in ["NONE", "SNAPPY", "GZIP", "ZSTD"]:
 	mustExec(t, db, `COPY (SELECT CASE WHEN i %% 4 = 0 THEN NULL ELSE 'v' || (i %% 9)::VARCHAR END AS s FROM range(50000) t(i))
 		TO '%s' (FORMAT parquet, COMPRESSION zstd, ROW_GROUP_SIZE 20000)`, duck)
 	files = append(files, duck)
-	decoded, declined := forEachChunk(t, files, func(path string, pf *File, rg, c int) bool {
+	forEachChunk(t, "string", files, func(path string, pf *File, rg, c int) bool {
 		got, err := pf.dictArray(rg, c)
 		if err == errDecline {
 			if pf.Schema.Field(c).Name != "u" {
@@ -241,17 +237,15 @@ for codec in ["NONE", "SNAPPY", "GZIP", "ZSTD"]:
 		rec.Release()
 		return true
 	})
-	t.Logf("%d string chunks decoded, %d declined", decoded, declined)
-	if decoded == 0 {
-		t.Fatal("nothing decoded")
-	}
 }
 
 // forEachChunk opens each file and calls check on every column chunk of
 // every row group; check reports false when the decoder declined the
-// chunk. It returns how many chunks were decoded and declined.
-func forEachChunk(t *testing.T, files []string, check func(path string, pf *File, rg, c int) bool) (decoded, declined int) {
+// chunk. It logs how many (what) chunks were decoded and declined, and
+// fails the test if none was decoded.
+func forEachChunk(t *testing.T, what string, files []string, check func(path string, pf *File, rg, c int) bool) {
 	t.Helper()
+	decoded, declined := 0, 0
 	for _, path := range files {
 		pf, err := OpenFile(bg, path, nil)
 		if err != nil {
@@ -268,7 +262,10 @@ func forEachChunk(t *testing.T, files []string, check func(path string, pf *File
 		}
 		pf.Close()
 	}
-	return decoded, declined
+	t.Logf("%d %s chunks decoded, %d declined", decoded, what, declined)
+	if decoded == 0 {
+		t.Fatal("nothing decoded")
+	}
 }
 
 // generalColumn reads column c of row group rg with the fast decoders

@@ -28,22 +28,25 @@ func sampleResp() BatchReadResp {
 // empty batches too.
 func TestReadCodecRoundTrip(t *testing.T) {
 	for _, req := range []BatchReadReq{sampleReq(), {IOs: []ReadIO{}}} {
-		var got BatchReadReq
-		if err := got.DecodeHeader(req.AppendHeader(nil)); err != nil {
-			t.Fatal(err)
-		}
-		if !reflect.DeepEqual(got, req) {
-			t.Fatalf("request: got %+v, want %+v", got, req)
-		}
+		roundTrip(t, req, req.AppendHeader(nil))
 	}
 	for _, resp := range []BatchReadResp{sampleResp(), {Results: []ReadResult{}}} {
-		var got BatchReadResp
-		if err := got.DecodeHeader(resp.AppendHeader(nil)); err != nil {
-			t.Fatal(err)
-		}
-		if !reflect.DeepEqual(got, resp) {
-			t.Fatalf("reply: got %+v, want %+v", got, resp)
-		}
+		roundTrip(t, resp, resp.AppendHeader(nil))
+	}
+}
+
+// roundTrip checks that header h decodes (as a T) to want.
+func roundTrip[T any, P interface {
+	*T
+	DecodeHeader([]byte) error
+}](t *testing.T, want T, h []byte) {
+	t.Helper()
+	var got T
+	if err := P(&got).DecodeHeader(h); err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("got %+v, want %+v", got, want)
 	}
 }
 
@@ -53,14 +56,8 @@ func TestReadCodecAcceptsJSON(t *testing.T) {
 	req, resp := sampleReq(), sampleResp()
 	jreq, _ := json.Marshal(req)
 	jresp, _ := json.Marshal(resp)
-	var gotReq BatchReadReq
-	var gotResp BatchReadResp
-	if err := gotReq.DecodeHeader(jreq); err != nil || !reflect.DeepEqual(gotReq, req) {
-		t.Fatalf("JSON request: %v, %+v", err, gotReq)
-	}
-	if err := gotResp.DecodeHeader(jresp); err != nil || !reflect.DeepEqual(gotResp, resp) {
-		t.Fatalf("JSON reply: %v, %+v", err, gotResp)
-	}
+	roundTrip(t, req, jreq)
+	roundTrip(t, resp, jresp)
 }
 
 // Every truncation of a header, a header with bytes left over, broken
