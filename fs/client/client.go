@@ -598,9 +598,12 @@ func (c *Client) readAttempt(ctx context.Context, r *proto.Routing, reads []Chun
 			ok = cands
 		}
 		n := sp.end - sp.off
-		// A read that can be a local one (proto.ReadIO.Local) goes to a
-		// replica on this host if there is one.
-		if n >= clientVerifyMin && !c.opts.NoLocalReads && !sp.noLocal {
+		// A read that can be a local one (proto.ReadIO.Local: large,
+		// block-aligned, client-verified) goes to a replica on this host
+		// if there is one.
+		canLocal := !c.opts.NoLocalReads && !sp.noLocal && sp.verifyAt == 0 && proto.HostID() != "" &&
+			n >= clientVerifyMin && sp.off%proto.BlockSize == 0
+		if canLocal {
 			var hereBuf [8]proto.ChainTarget
 			here := hereBuf[:0]
 			for _, t := range ok {
@@ -637,7 +640,7 @@ func (c *Client) readAttempt(ctx context.Context, r *proto.Routing, reads []Chun
 		sums = sums && n >= clientVerifyMin && sp.off%proto.BlockSize == 0
 		// And read from the chunk file itself when the target is on this
 		// host (proto.ReadIO.Local).
-		local := sums && !c.opts.NoLocalReads && !sp.noLocal && !c.node(best.Node).noLocal.Load() && proto.HostID() != ""
+		local := canLocal && !c.node(best.Node).noLocal.Load()
 		c.node(best.Node).inflight.Add(n)
 		bs := batches[best.Node]
 		if len(bs) == 0 || len(bs[len(bs)-1].ios) >= c.opts.MaxBatchIOs || bs[len(bs)-1].bytes+n > c.opts.MaxBatchBytes && len(bs[len(bs)-1].ios) > 0 {
