@@ -66,24 +66,25 @@ func TestReadCodecAcceptsJSON(t *testing.T) {
 // never a panic or a huge allocation.
 func TestReadCodecRejectsBadHeaders(t *testing.T) {
 	req, resp := sampleReq().AppendHeader(nil), sampleResp().AppendHeader(nil)
-	bad := [][]byte{nil, []byte(`{"ios":[}`), append(req[:len(req):len(req)], 0), {'R', 1, 0, 0xff, 0xff, 0xff, 0xff, 0x0f}}
-	for i := range req {
-		bad = append(bad, req[:i])
+	refused[BatchReadReq](t, ErrBadRequest, req, nil, []byte(`{"ios":[}`), append(req[:len(req):len(req)], 0),
+		[]byte{'R', 1, 0, 0xff, 0xff, 0xff, 0xff, 0x0f})
+	refused[BatchReadResp](t, ErrIO, resp, nil, req, []byte(`{"results":7}`), append(resp[:len(resp):len(resp)], 1))
+}
+
+// refused checks that every header in bad, and every truncation of good,
+// fails to decode as a T with an error of kind.
+func refused[T any, P interface {
+	*T
+	DecodeHeader([]byte) error
+}](t *testing.T, kind error, good []byte, bad ...[]byte) {
+	t.Helper()
+	for i := range good {
+		bad = append(bad, good[:i])
 	}
 	for _, h := range bad {
-		var r BatchReadReq
-		if err := r.DecodeHeader(h); !errors.Is(err, ErrBadRequest) {
-			t.Fatalf("request header %x: err %v", h, err)
-		}
-	}
-	bad = [][]byte{nil, req, []byte(`{"results":7}`), append(resp[:len(resp):len(resp)], 1)}
-	for i := range resp {
-		bad = append(bad, resp[:i])
-	}
-	for _, h := range bad {
-		var r BatchReadResp
-		if err := r.DecodeHeader(h); !errors.Is(err, ErrIO) {
-			t.Fatalf("reply header %x: err %v", h, err)
+		var r T
+		if err := P(&r).DecodeHeader(h); !errors.Is(err, kind) {
+			t.Fatalf("%T header %x: err %v, want %v", r, h, err, kind)
 		}
 	}
 }
