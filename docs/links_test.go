@@ -1,7 +1,8 @@
-// Package docs holds ffkit's documentation. Its test checks that every
+// Package docs holds ffkit's documentation. Its tests check that every
 // relative link and #anchor in README.md and docs/**/*.md resolves, the way
 // GitHub renders them, so a moved page or a renamed heading fails CI instead
-// of leaving a dead link.
+// of leaving a dead link; and that every FFKIT_* environment variable the
+// sources read is documented in docs/testing.md.
 package docs
 
 import (
@@ -270,5 +271,61 @@ func TestCheckerFindsBrokenLinks(t *testing.T) {
 	}
 	if strings.Join(broken, "\n") != strings.Join(want, "\n") {
 		t.Errorf("checker found:\n  %s\nwant:\n  %s", strings.Join(broken, "\n  "), strings.Join(want, "\n  "))
+	}
+}
+
+// knobRef matches an FFKIT_* environment variable name.
+var knobRef = regexp.MustCompile(`FFKIT_[A-Z0-9_]+`)
+
+// TestKnobsDocumented checks that every FFKIT_* variable named in the Go,
+// Python and shell sources has a row in docs/testing.md, so a new knob
+// cannot go undocumented.
+func TestKnobsDocumented(t *testing.T) {
+	doc, err := os.ReadFile(filepath.Join(repoRoot, "docs", "testing.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	used := map[string][]string{}
+	err = filepath.WalkDir(repoRoot, func(p string, d os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		name := d.Name()
+		if d.IsDir() {
+			if p != repoRoot && (strings.HasPrefix(name, ".") || name == "build" || name == "dist" || name == "_bin" || name == "__pycache__") {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		switch filepath.Ext(name) {
+		case ".go", ".py", ".sh":
+		default:
+			return nil
+		}
+		src, err := os.ReadFile(p)
+		if err != nil {
+			return err
+		}
+		for _, k := range knobRef.FindAllString(string(src), -1) {
+			used[k] = append(used[k], p)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(used) == 0 {
+		t.Fatal("found no FFKIT_* variable in the sources: is the walk looking at the repository?")
+	}
+	var missing []string
+	for k, files := range used {
+		if !bytes.Contains(doc, []byte("`"+k+"`")) {
+			missing = append(missing, fmt.Sprintf("%s (used in %s)", k, files[0]))
+		}
+	}
+	sort.Strings(missing)
+	if len(missing) > 0 {
+		t.Errorf("docs/testing.md does not document %d FFKIT_* variables; add a row for each (what reads it, what it does):\n  %s",
+			len(missing), strings.Join(missing, "\n  "))
 	}
 }
