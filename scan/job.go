@@ -683,19 +683,23 @@ func (r *runner) execute(ctx context.Context) error {
 		finals = append(finals, m)
 
 	case j.SQL != "" && hash != nil:
-		if err := r.shuffle(ctx, r.src, "in", false); err != nil {
-			return err
-		}
-		if r.src2 != nil {
-			q1 := r.q
-			var err error
-			if r.q, err = compileQuery(r.src2, "", "", hash); err != nil {
+		// a rerun whose partitions are all published skips the shuffle
+		// (its intermediate files are removed once the job is done)
+		if !r.published(ctx, n) {
+			if err := r.shuffle(ctx, r.src, "in", false); err != nil {
 				return err
 			}
-			err = r.shuffle(ctx, r.src2, "join", false)
-			r.q = q1
-			if err != nil {
-				return err
+			if r.src2 != nil {
+				q1 := r.q
+				var err error
+				if r.q, err = compileQuery(r.src2, "", "", hash); err != nil {
+					return err
+				}
+				err = r.shuffle(ctx, r.src2, "join", false)
+				r.q = q1
+				if err != nil {
+					return err
+				}
 			}
 		}
 		ms, err := r.runTasks(ctx, n, func(p int) (string, taskFn) {
@@ -794,6 +798,18 @@ func (r *runner) execute(ctx context.Context) error {
 		return err
 	}
 	return removeAll(ctx, fs.Join(r.work, "shuffle"))
+}
+
+// published reports whether the n partition tasks part-PPPPP of this job
+// are all done and their files still in place.
+func (r *runner) published(ctx context.Context, n int) bool {
+	for p := 0; p < n; p++ {
+		m, ok := r.readMarker(ctx, partName(p))
+		if !ok || !r.filesExist(ctx, r.outDir, m.Files) {
+			return false
+		}
+	}
+	return true
 }
 
 // partOfName parses the partition of "part-PPPPP..." file names.
@@ -934,6 +950,15 @@ func (r *runner) attempt(ctx context.Context, name, stage, dest string, fn taskF
 	if err := removeAll(ctx, stage); err != nil {
 		return marker{}, err
 	}
+	// the staging directory must exist before a sink creates files in it:
+	// a local file system makes parents on create, a cluster does not
+	stageFS, stageInner, err := fs.Resolve(ctx, stage)
+	if err != nil {
+		return marker{}, err
+	}
+	if err := stageFS.MkdirAll(ctx, stageInner); err != nil {
+		return marker{}, fmt.Errorf("scan: make staging directory %s: %w", stage, err)
+	}
 	if failTaskForTesting != nil {
 		if err := failTaskForTesting(name, stage); err != nil {
 			return marker{}, err
@@ -950,7 +975,6 @@ func (r *runner) attempt(ctx context.Context, name, stage, dest string, fn taskF
 	if err := fsys.MkdirAll(ctx, destInner); err != nil {
 		return marker{}, err
 	}
-	_, stageInner, _ := fs.Resolve(ctx, stage)
 	m := marker{Fingerprint: r.fp, Task: name, Rows: rows}
 	for _, f := range files {
 		fn := finalName(f)
