@@ -42,45 +42,49 @@ const WorkDirName = "_ffkit"
 type Job struct {
 	// Inputs are Parquet files, globs (wildcards in the last element) and
 	// directories (searched for *.parquet), local paths or ffkit:// URLs.
-	Inputs []string
+	Inputs []string `json:"inputs"`
 	// JoinInputs, with SQL and hash partitioning, is a second input that is
 	// hash-partitioned by the same columns into the same partitions; the
 	// query sees it as the table input2 (SmallPond's partial SQL join).
-	JoinInputs []string
+	JoinInputs []string `json:"join,omitempty"`
 	// Columns is the output select list: columns and computed expressions
 	// with optional AS names ("a, b, x * 2 AS y"). Empty: every column.
-	Columns string
+	Columns string `json:"columns,omitempty"`
 	// Where is a SQL boolean filter. Empty: keep every row.
-	Where string
+	Where string `json:"where,omitempty"`
 	// GroupBy and Aggs ("count(*), sum(x), min(y), max(y), mean(x)")
 	// aggregate the whole input into one row per group.
-	GroupBy []string
-	Aggs    string
+	GroupBy []string `json:"group_by,omitempty"`
+	Aggs    string   `json:"aggs,omitempty"`
 	// SQL runs through DuckDB once per partition, with the partition as the
 	// table input. It excludes Columns, Where, GroupBy and Aggs.
-	SQL string
+	SQL string `json:"sql,omitempty"`
 	// PartitionBy: "" (one partition), "files", "rows", or "hash:COL[,COL...]".
-	PartitionBy string
+	PartitionBy string `json:"partition_by,omitempty"`
 	// Partitions is N for PartitionBy. Default 1.
-	Partitions int
+	Partitions int `json:"partitions,omitempty"`
 	// Workers bounds parallel tasks and row-group decoding. Default: CPUs.
-	Workers int
+	Workers int `json:"workers,omitempty"`
 	// Output is a directory of part files, or one file when it ends in the
 	// format's extension (.parquet, .csv, .jsonl, .arrow).
-	Output string
+	Output string `json:"output,omitempty"`
 	// Format: parquet (default), ffrecord, csv, jsonl, arrow (Arrow IPC file).
-	Format string
+	Format string `json:"format,omitempty"`
 	// SampleColumn is the binary/string column whose bytes become one
 	// FFRecord sample per row (Format ffrecord).
-	SampleColumn string
+	SampleColumn string `json:"sample_column,omitempty"`
 	// ShardSize is the target FFRecord shard size. Default 256 MiB.
-	ShardSize int64
+	ShardSize int64 `json:"shard_size,omitempty"`
 	// RowGroupRows is the Parquet output row-group length. Default 122880.
-	RowGroupRows int64
+	RowGroupRows int64 `json:"row_group_rows,omitempty"`
 	// MemoryLimit caps DuckDB's memory per SQL task ("2GB"). Default 1GB.
-	MemoryLimit string
+	MemoryLimit string `json:"memory_limit,omitempty"`
 	// Retries is how many times a failed task is retried. Default 2.
-	Retries int
+	Retries int `json:"retries,omitempty"`
+	// Salt, if set, is mixed into the job's fingerprint. A Plan sets it to
+	// the fingerprints of the stages a stage reads, so the stage runs again
+	// whenever one of them did.
+	Salt string `json:"-"`
 	// Progress, if set, is called with rows processed and rows planned. It
 	// is called from one goroutine at a time.
 	Progress func(done, total int64) `json:"-"`
@@ -409,13 +413,17 @@ func (r *runner) fingerprint(ctx context.Context) (string, error) {
 		}
 	}
 	j := r.job
-	doc, _ := json.Marshal(map[string]any{
+	doc := map[string]any{
 		"v": "ffkit-scan-1", "inputs": a, "join": b, "columns": j.Columns, "where": j.Where,
 		"group_by": j.GroupBy, "aggs": j.Aggs, "sql": j.SQL, "partition_by": j.PartitionBy,
 		"partitions": j.Partitions, "format": j.Format, "sample_column": j.SampleColumn,
 		"shard_size": j.ShardSize, "row_group_rows": j.RowGroupRows, "output": j.Output,
-	})
-	sum := sha256.Sum256(doc)
+	}
+	if j.Salt != "" {
+		doc["salt"] = j.Salt // absent otherwise: fingerprints of plain jobs stay as they were
+	}
+	enc, _ := json.Marshal(doc)
+	sum := sha256.Sum256(enc)
 	return hex.EncodeToString(sum[:16]), nil
 }
 
