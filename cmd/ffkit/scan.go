@@ -18,8 +18,9 @@ func init() { register(newScanCmd) }
 
 func newScanCmd() *cobra.Command {
 	var (
-		job     scan.Job
-		groupBy string
+		job      scan.Job
+		groupBy  string
+		planFile string
 	)
 	c := &cobra.Command{
 		Use:   "scan SRC... -o OUT",
@@ -46,10 +47,37 @@ Examples:
   ffkit scan data/ --partition-by hash:user --partitions 16 -o shuffled/
   ffkit scan a/ --join b/ --partition-by hash:id --partitions 8 \
       --sql 'SELECT * FROM input JOIN input2 USING (id)' -o joined/
-  ffkit scan data/ --where 'length(text) > 10' --format ffrecord --sample-column text -o packed/`,
-		Args: cobra.MinimumNArgs(1),
+  ffkit scan data/ --where 'length(text) > 10' --format ffrecord --sample-column text -o packed/
+  ffkit scan --plan pipeline.json
+
+--plan FILE runs a multi-stage plan (JSON; see docs/scan.md): named stages,
+each a scan job whose inputs may be other stages' outputs ("@NAME"), run in
+dependency order; a rerun recomputes only the stages that changed and the
+stages that read them.`,
+		Args: func(cmd *cobra.Command, args []string) error {
+			if planFile != "" {
+				return nil // runPlan checks
+			}
+			return cobra.MinimumNArgs(1)(cmd, args)
+		},
 		RunE: func(cmd *cobra.Command, args []string) error {
 			scanGC()
+			if planFile != "" {
+				if len(args) > 0 {
+					return usagef("scan: --plan takes no SRC (the plan file names the inputs and outputs)")
+				}
+				var other []string
+				for _, name := range []string{"output", "columns", "where", "group-by", "agg", "sql", "join", "partition-by",
+					"partitions", "format", "sample-column", "shard-size", "row-group-rows", "memory-limit", "retries"} {
+					if cmd.Flags().Changed(name) {
+						other = append(other, "--"+name)
+					}
+				}
+				if len(other) > 0 {
+					return usagef("scan: --plan takes only --workers, not %s (set job options per stage in the plan file)", strings.Join(other, ", "))
+				}
+				return runPlan(cmd, planFile, job.Workers)
+			}
 			job.Inputs = args
 			if groupBy != "" {
 				for _, k := range strings.Split(groupBy, ",") {
@@ -124,7 +152,38 @@ Examples:
 	f.Int64Var(&job.RowGroupRows, "row-group-rows", scan.DefaultRowGroupRows, "rows per Parquet output row group")
 	f.StringVar(&job.MemoryLimit, "memory-limit", "1GB", "DuckDB memory limit per --sql task")
 	f.IntVar(&job.Retries, "retries", 2, "retries of a failed task")
+	f.StringVar(&planFile, "plan", "", "run the multi-stage plan in this JSON file (local or ffkit://)")
 	return c
+}
+
+// runPlan runs `scan --plan FILE`; workers, if set, applies to a plan
+// that sets none.
+func runPlan(cmd *cobra.Command, file string, workers int) error {
+	p, err := scan.LoadPlan(cmd.Context(), file)
+	if err != nil {
+		return err
+	}
+	if p.Workers == 0 {
+		p.Workers = workers
+	}
+	sum, err := scan.RunPlan(cmd.Context(), *p)
+	if err != nil {
+		return err
+	}
+	if jsonOut {
+		return printJSON(sum)
+	}
+	w := human()
+	for _, s := range sum.Stages {
+		state := ""
+		if s.UpToDate || s.TasksSkipped == s.Tasks {
+			state = " (already up to date)"
+		}
+		fmt.Fprintf(w, "stage %s: %s rows in, %s rows out, %d tasks (%d already done), %.2fs -> %s%s\n",
+			s.Name, humanize.Comma(s.RowsIn), humanize.Comma(s.RowsOut), s.Tasks, s.TasksSkipped, s.Seconds, s.Output, state)
+	}
+	fmt.Fprintf(w, "plan: %d stages run, %d up to date, %.2fs\n", sum.Ran, sum.Skipped, sum.Seconds)
+	return nil
 }
 
 // scanGC makes the garbage collector less eager for scan jobs (GOGC=400

@@ -109,6 +109,19 @@ func TestScanOutputOnCluster(t *testing.T) {
 	}
 	u.must(t, "verify", U+"/ffr")
 
+	// a three-stage plan whose stages all live on the cluster; a rerun
+	// of the same plan runs nothing
+	plan := writePlan(t, dir, U+"/in.parquet", U+"/plan", "count(*)")
+	var ps planSummary
+	if err := json.Unmarshal([]byte(u.must(t, "--json", "scan", "--plan", plan)), &ps); err != nil || ps.Ran != 3 {
+		t.Fatalf("plan on the cluster: %+v %v", ps, err)
+	}
+	check("plan/agg", "SELECT * FROM read_parquet(%s || '/*.parquet')",
+		"SELECT k, count(*) FROM read_parquet("+src+") WHERE id % 3 <> 0 GROUP BY k")
+	if err := json.Unmarshal([]byte(u.must(t, "--json", "scan", "--plan", plan)), &ps); err != nil || ps.Ran != 0 || ps.Skipped != 3 {
+		t.Fatalf("plan rerun on the cluster: %+v %v", ps, err)
+	}
+
 	// nothing is left in staging
 	out := u.must(t, "--json", "fs", "ls", U+"/hashed/_ffkit")
 	var rows []fileRow
