@@ -8,6 +8,7 @@ import (
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/zeebo/xxh3"
 
+	"github.com/ffkit/ffkit/internal/errkind"
 	"github.com/ffkit/ffkit/scan/expr"
 )
 
@@ -95,25 +96,47 @@ func PartitionOf(vals []expr.Value, n int) int {
 	return int(hashRows(keys, 1)[0] % uint64(n))
 }
 
-// splitByHash splits rec into n batches by the hash of the key columns
-// (positions in rec). Batches of empty partitions are nil.
-func splitByHash(ctx context.Context, rec arrow.RecordBatch, keyPos []int, n int) ([]arrow.RecordBatch, error) {
+// ErrPartitionValue: a row's partition column (--partition-by column:COL)
+// is NULL or outside [0, partitions).
+var ErrPartitionValue = errkind.New(errkind.Data, "scan: partition column value out of range")
+
+// splitRows splits rec into n batches by the hash of the key columns
+// (positions in rec), or with byValue by the value of the one key column,
+// which must be in [0, n). Batches of empty partitions are nil.
+func splitRows(ctx context.Context, rec arrow.RecordBatch, keyPos []int, n int, byValue bool) ([]arrow.RecordBatch, error) {
 	rows := int(rec.NumRows())
 	keys := make([]expr.Vec, len(keyPos))
 	for i, p := range keyPos {
 		v, err := expr.FromArrow(rec.Column(p))
 		if err != nil {
-			return nil, fmt.Errorf("hash key %s: %w", rec.ColumnName(p), err)
+			return nil, fmt.Errorf("partition key %s: %w", rec.ColumnName(p), err)
 		}
 		keys[i] = v
 	}
-	h := hashRows(keys, rows)
+	part := make([]int32, rows)
+	if byValue {
+		v := &keys[0]
+		if v.T != expr.TInt {
+			return nil, fmt.Errorf("%w: partition column %s is not an integer", ErrUsage, rec.ColumnName(keyPos[0]))
+		}
+		for i := range part {
+			if v.IsNull(i) || v.I[i] < 0 || v.I[i] >= int64(n) {
+				val := "NULL"
+				if !v.IsNull(i) {
+					val = fmt.Sprint(v.I[i])
+				}
+				return nil, fmt.Errorf("%w: column %s holds %s, want [0, %d)", ErrPartitionValue, rec.ColumnName(keyPos[0]), val, n)
+			}
+			part[i] = int32(v.I[i])
+		}
+	} else {
+		for i, x := range hashRows(keys, rows) {
+			part[i] = int32(x % uint64(n))
+		}
+	}
 	// counting sort of the row indices by partition
 	counts := make([]int, n+1)
-	part := make([]int32, rows)
-	for i, x := range h {
-		p := int32(x % uint64(n))
-		part[i] = p
+	for _, p := range part {
 		counts[p+1]++
 	}
 	for p := 1; p <= n; p++ {
@@ -128,7 +151,7 @@ func splitByHash(ctx context.Context, rec arrow.RecordBatch, keyPos []int, n int
 	}
 	sorted, err := takeRows(ctx, rec, idx)
 	if err != nil {
-		return nil, fmt.Errorf("scan: hash partition: %w", err)
+		return nil, fmt.Errorf("scan: partition rows: %w", err)
 	}
 	defer sorted.Release()
 	out := make([]arrow.RecordBatch, n)

@@ -59,7 +59,9 @@ type Job struct {
 	// SQL runs through DuckDB once per partition, with the partition as the
 	// table input. It excludes Columns, Where, GroupBy and Aggs.
 	SQL string `json:"sql,omitempty"`
-	// PartitionBy: "" (one partition), "files", "rows", or "hash:COL[,COL...]".
+	// PartitionBy: "" (one partition), "files", "rows", "hash:COL[,COL...]",
+	// or "column:COL" (an integer column holding each row's partition, in
+	// [0, Partitions): SmallPond's repartition(n, by=COL)).
 	PartitionBy string `json:"partition_by,omitempty"`
 	// Partitions is N for PartitionBy. Default 1.
 	Partitions int `json:"partitions,omitempty"`
@@ -136,19 +138,27 @@ func (j *Job) fill() {
 	}
 }
 
-// hashColumns parses "hash:a,b".
-func (j *Job) hashColumns() []string {
-	if !strings.HasPrefix(j.PartitionBy, "hash:") {
+// keyColumns parses the columns of "hash:a,b" and "column:c".
+func (j *Job) keyColumns() []string {
+	var list string
+	if h, ok := strings.CutPrefix(j.PartitionBy, "hash:"); ok {
+		list = h
+	} else if c, ok := strings.CutPrefix(j.PartitionBy, "column:"); ok {
+		list = c
+	} else {
 		return nil
 	}
 	var out []string
-	for _, c := range strings.Split(strings.TrimPrefix(j.PartitionBy, "hash:"), ",") {
+	for _, c := range strings.Split(list, ",") {
 		if c = strings.TrimSpace(c); c != "" {
 			out = append(out, c)
 		}
 	}
 	return out
 }
+
+// byValue: rows go to the partition their key column holds ("column:COL").
+func (j *Job) byValue() bool { return strings.HasPrefix(j.PartitionBy, "column:") }
 
 // Validate checks the job's options.
 func (j *Job) Validate() error {
@@ -166,11 +176,15 @@ func (j *Job) Validate() error {
 	switch {
 	case j.PartitionBy == "", j.PartitionBy == "files", j.PartitionBy == "rows":
 	case strings.HasPrefix(j.PartitionBy, "hash:"):
-		if len(j.hashColumns()) == 0 {
+		if len(j.keyColumns()) == 0 {
 			return fmt.Errorf("%w: --partition-by hash: needs columns (hash:COL[,COL...])", ErrUsage)
 		}
+	case j.byValue():
+		if len(j.keyColumns()) != 1 {
+			return fmt.Errorf("%w: --partition-by %q: column: takes one integer column (column:COL)", ErrUsage, j.PartitionBy)
+		}
 	default:
-		return fmt.Errorf("%w: --partition-by %q: want files, rows or hash:COL[,COL...]", ErrUsage, j.PartitionBy)
+		return fmt.Errorf("%w: --partition-by %q: want files, rows, hash:COL[,COL...] or column:COL", ErrUsage, j.PartitionBy)
 	}
 	if j.Partitions < 0 || j.Partitions > 1<<16 {
 		return fmt.Errorf("%w: --partitions %d out of range [1, 65536]", ErrUsage, j.Partitions)
@@ -187,8 +201,8 @@ func (j *Job) Validate() error {
 	if len(j.GroupBy) > 0 && j.Aggs == "" {
 		return fmt.Errorf("%w: --group-by needs --agg", ErrUsage)
 	}
-	if len(j.JoinInputs) > 0 && (j.SQL == "" || len(j.hashColumns()) == 0) {
-		return fmt.Errorf("%w: a join input needs --sql and --partition-by hash:COLS", ErrUsage)
+	if len(j.JoinInputs) > 0 && (j.SQL == "" || len(j.keyColumns()) == 0) {
+		return fmt.Errorf("%w: a join input needs --sql and --partition-by hash:COLS (or column:COL)", ErrUsage)
 	}
 	if j.Format == FormatFFRecord && j.SampleColumn == "" {
 		return fmt.Errorf("%w: --format ffrecord needs --sample-column", ErrUsage)
@@ -285,8 +299,22 @@ func Run(ctx context.Context, job Job) (*Summary, error) {
 
 func (r *runner) compile() error {
 	j := &r.job
-	hash := j.hashColumns()
+	hash := j.keyColumns()
 	var err error
+	if j.byValue() {
+		for _, src := range []*Source{r.src, r.src2} {
+			if src == nil {
+				continue
+			}
+			sc, err := src.Schema([]string{resolveName(src.Files[0].Schema, hash[0])})
+			if err != nil {
+				return fmt.Errorf("--partition-by: %w", err)
+			}
+			if !arrow.IsInteger(sc.Field(0).Type.ID()) {
+				return fmt.Errorf("%w: --partition-by %s: the column is %s, want an integer (the partition number)", ErrUsage, j.PartitionBy, sc.Field(0).Type)
+			}
+		}
+	}
 	switch {
 	case j.SQL != "":
 		if hash != nil {
@@ -462,7 +490,7 @@ func (r *runner) prepareOutput(ctx context.Context) (bool, error) {
 				}
 			}
 		}
-		r.direct = j.Format == FormatParquet && j.SQL == "" && (r.agg != nil || (r.partitions == 1 && j.hashColumns() == nil))
+		r.direct = j.Format == FormatParquet && j.SQL == "" && (r.agg != nil || (r.partitions == 1 && j.keyColumns() == nil))
 		if r.direct {
 			return false, removeAll(ctx, r.work)
 		}
@@ -678,7 +706,7 @@ func (r *runner) sinkOpts(stage, base string, sc *arrow.Schema, kv map[string]st
 func (r *runner) execute(ctx context.Context) error {
 	j := &r.job
 	n := r.partitions
-	hash := j.hashColumns()
+	hash := j.keyColumns()
 	par := func(tasks int) int { return max(1, j.Workers/max(1, min(tasks, j.Workers))) }
 	var finals []marker
 
@@ -1063,7 +1091,7 @@ func (r *runner) shuffle(ctx context.Context, src *Source, side string, project 
 	}
 	nprod := min(len(all), 2*j.Workers)
 	keyPos := make([]int, 0)
-	for _, c := range j.hashColumns() {
+	for _, c := range j.keyColumns() {
 		keyPos = append(keyPos, slices.Index(r.q.readNames, resolveName(src.Files[0].Schema, c)))
 	}
 	dest := r.outDir
@@ -1107,7 +1135,7 @@ func (r *runner) producerTask(units []unit, keyPos []int, side string, k, n, par
 					return nil, err
 				}
 				defer rec.Release()
-				pieces, err := splitByHash(ctx, rec, keyPos, n)
+				pieces, err := splitRows(ctx, rec, keyPos, n, r.job.byValue())
 				if err != nil || !project {
 					return pieces, err
 				}

@@ -143,7 +143,7 @@ stages that read them.`,
 	f.StringVar(&job.Aggs, "agg", "", "aggregates: 'count(*), sum(x), min(y), max(y), mean(x)'")
 	f.StringVar(&job.SQL, "sql", "", "DuckDB SQL run per partition; the partition is the table input (and input2 with --join)")
 	f.StringSliceVar(&job.JoinInputs, "join", nil, "second input, hash-partitioned like the first, visible to --sql as input2")
-	f.StringVar(&job.PartitionBy, "partition-by", "", "files, rows, or hash:COL[,COL...]")
+	f.StringVar(&job.PartitionBy, "partition-by", "", "files, rows, hash:COL[,COL...], or column:COL (an integer column holding the partition number)")
 	f.IntVar(&job.Partitions, "partitions", 1, "number of partitions N")
 	f.IntVar(&job.Workers, "workers", 0, "parallel tasks and row-group decoders (default: CPUs)")
 	f.StringVar(&job.Format, "format", "parquet", "output format: parquet, ffrecord, csv, jsonl, arrow (Arrow IPC file, memory-mappable)")
