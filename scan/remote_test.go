@@ -3,6 +3,7 @@ package scan
 import (
 	"context"
 	"fmt"
+	"path"
 	"path/filepath"
 	"strings"
 	"sync/atomic"
@@ -14,13 +15,23 @@ import (
 
 // remoteFS is the local file system under a URL scheme, so that jobs take
 // the paths a cluster (ffkit://) takes: URL inputs and outputs, coalesced
-// prefetching through ReadBatch, and inputs copied locally for DuckDB.
+// prefetching through ReadBatch, inputs copied locally for DuckDB, and
+// creates that need the directory to exist.
 type remoteFS struct {
 	*localfs.FS
 	batches atomic.Int64
 }
 
 func (r *remoteFS) String() string { return "remotetest://h" }
+
+// Create refuses a file whose directory does not exist, as the cluster's
+// metadata service does (the local file system makes the parents).
+func (r *remoteFS) Create(ctx context.Context, name string) (fs.Writer, error) {
+	if st, err := r.FS.Stat(ctx, path.Dir(name)); err != nil || !st.IsDir {
+		return nil, fmt.Errorf("remotetest: create %s: parent directory: %w", name, fs.ErrNotExist)
+	}
+	return r.FS.Create(ctx, name)
+}
 
 func (r *remoteFS) ReadBatch(ctx context.Context, reqs []fs.ReadRequest) error {
 	r.batches.Add(1)
