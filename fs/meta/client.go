@@ -11,6 +11,7 @@ import (
 
 	"github.com/ffkit/ffkit/fs/kv"
 	"github.com/ffkit/ffkit/fs/transport"
+	"github.com/ffkit/ffkit/fs/trust"
 	"github.com/ffkit/ffkit/internal/errkind"
 )
 
@@ -21,6 +22,11 @@ var ErrNoServer = errkind.New(errkind.Unavailable, "meta: no metadata server rea
 type ClientOptions struct {
 	// Token is the cluster secret. Required.
 	Token string
+	// Trust is the cluster's CA and member certificate (see fs/trust);
+	// TLSLoopback uses TLS on loopback too. Nil Trust: loopback only,
+	// plaintext. See transport.Options.
+	Trust       *trust.Bundle
+	TLSLoopback bool
 	// Name names the client for the transport fault layer. Default "client".
 	Name string
 	// Servers are metadata server addresses to start with.
@@ -106,7 +112,7 @@ func (c *Client) conn(ctx context.Context) (*transport.Conn, string, error) {
 	if cn != nil && cn.Err() == nil {
 		return cn, addr, nil
 	}
-	cn, err := transport.Dial(ctx, addr, transport.Options{Token: c.opts.Token, Name: c.opts.Name, Faults: c.opts.Faults})
+	cn, err := transport.Dial(ctx, addr, transport.Options{Token: c.opts.Token, Name: c.opts.Name, Faults: c.opts.Faults, Trust: c.opts.Trust, TLSLoopback: c.opts.TLSLoopback})
 	if err != nil {
 		return nil, addr, err
 	}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/ffkit/ffkit/fs/kv"
 	"github.com/ffkit/ffkit/fs/transport"
+	"github.com/ffkit/ffkit/fs/trust"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -21,6 +22,11 @@ type ServerOptions struct {
 	Listen string
 	// Token is the cluster secret. Required.
 	Token string
+	// Trust is the cluster's CA and member certificate (see fs/trust);
+	// TLSLoopback uses TLS on loopback too. Nil Trust: loopback only,
+	// plaintext. See transport.Options.
+	Trust       *trust.Bundle
+	TLSLoopback bool
 	// Name names the server for the transport fault layer. Default "meta".
 	Name string
 	// Faults drops traffic between named peers (tests).
@@ -82,7 +88,7 @@ func StartServer(ctx context.Context, svc *Service, opts ServerOptions) (*Server
 		}
 	}
 	var err error
-	s.srv, err = transport.Listen(opts.Listen, transport.Options{Token: opts.Token, Name: opts.Name, Faults: opts.Faults}, s.handle)
+	s.srv, err = transport.Listen(opts.Listen, transport.Options{Token: opts.Token, Name: opts.Name, Faults: opts.Faults, Trust: opts.Trust, TLSLoopback: opts.TLSLoopback}, s.handle)
 	if err != nil {
 		return nil, fmt.Errorf("meta: %w", err)
 	}

@@ -6,6 +6,7 @@ import (
 	"crypto/tls"
 	"encoding/binary"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -97,6 +98,19 @@ func Dial(ctx context.Context, addr string, opts Options) (*Conn, error) {
 	if err != nil {
 		return nil, err
 	}
+	c, err := dial(ctx, addr, opts, useTLS)
+	if errors.Is(err, errTLSRequired) {
+		// A loopback listener started with TLS required: no secret was
+		// sent; go again with TLS if we can verify the server.
+		if opts.Trust == nil {
+			return nil, fmt.Errorf("%w: %s serves TLS only and this process has no cluster CA (tls/ca.pem of the cluster directory, FFKIT_TLS_DIR)", ErrNotMember, addr)
+		}
+		return dial(ctx, addr, opts, true)
+	}
+	return c, err
+}
+
+func dial(ctx context.Context, addr string, opts Options, useTLS bool) (*Conn, error) {
 	ctx, cancel := context.WithTimeout(ctx, opts.DialTimeout)
 	defer cancel()
 	var d net.Dialer

@@ -144,6 +144,12 @@ func clientHandshake(nc net.Conn, addr string, opts Options) (string, error) {
 	if err != nil {
 		return "", dialError(addr, "handshake", err)
 	}
+	if f.Type == TError {
+		var re RemoteError
+		if json.Unmarshal(f.Header, &re) == nil && re.Code == codeTLSRequired {
+			return "", fmt.Errorf("%w: %s", errTLSRequired, addr)
+		}
+	}
 	var sh helloMsg
 	if f.Type != THello || json.Unmarshal(f.Header, &sh) != nil || len(sh.Nonce) != nonceLen {
 		return "", fmt.Errorf("%w: %s answered the handshake with a frame of type %d", ErrNotMember, addr, f.Type)
@@ -212,6 +218,11 @@ func serverHandshake(nc net.Conn, token, name string, buf *[handshakeMax]byte) (
 }
 
 var errWrongToken = errors.New("wrong cluster token")
+
+// codeTLSRequired: a TLS-only listener's answer to a plaintext hello.
+const codeTLSRequired = "tls_required"
+
+var errTLSRequired = errors.New("transport: the server serves TLS only")
 
 // dialError names what went wrong while connecting: a timeout, a reset,
 // a refused connection or a closed one.

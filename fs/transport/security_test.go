@@ -3,6 +3,7 @@ package transport
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -53,8 +54,8 @@ func TestTLSVerifiesBothSides(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, ok := c.nc.(interface{ ConnectionState() any }); ok {
-		t.Fatal("unreachable")
+	if _, ok := c.nc.(*tls.Conn); !ok {
+		t.Fatalf("connection is %T, want TLS", c.nc)
 	}
 	mustCall(t, c)
 	c.Close()
@@ -66,10 +67,20 @@ func TestTLSVerifiesBothSides(t *testing.T) {
 	if _, err := Dial(context.Background(), s.Addr(), Options{Token: "wrong", Trust: caOnly, TLSLoopback: true}); !errors.Is(err, ErrBadToken) {
 		t.Fatalf("wrong token: want ErrBadToken, got %v", err)
 	}
-	// A TLS-only listener refuses plaintext peers, even with the token.
-	if _, err := Dial(context.Background(), s.Addr(), Options{Token: testToken}); err == nil {
-		t.Fatal("plaintext client accepted by a TLS-only listener")
+	// A TLS-only listener refuses plaintext peers, even with the token;
+	// a client holding the CA goes again with TLS.
+	if _, err := Dial(context.Background(), s.Addr(), Options{Token: testToken}); !errors.Is(err, ErrNotMember) {
+		t.Fatalf("plaintext client to a TLS-only listener: want ErrNotMember, got %v", err)
 	}
+	c, err = Dial(context.Background(), s.Addr(), Options{Token: testToken, Trust: caOnly})
+	if err != nil {
+		t.Fatalf("client with the CA to a TLS-only loopback listener: %v", err)
+	}
+	if _, ok := c.nc.(*tls.Conn); !ok {
+		t.Fatalf("connection is %T, want TLS", c.nc)
+	}
+	mustCall(t, c)
+	c.Close()
 	// Non-loopback: no plaintext listener and no plaintext dial.
 	if _, err := Listen("0.0.0.0:0", Options{Token: testToken}, nil); !errors.Is(err, trust.ErrNoTrust) {
 		t.Fatalf("plaintext non-loopback listener: want ErrNoTrust, got %v", err)

@@ -282,6 +282,8 @@ func (s *Server) accept(raw net.Conn) (net.Conn, string, error) {
 		}
 		nc, hs = tc, tc
 	} else if !s.plainOK {
+		// Say so, so that a client holding the CA retries with TLS.
+		writeSmall(raw, TError, RemoteError{Code: codeTLSRequired, Msg: "this listener serves TLS only"})
 		return nil, "", errors.New("plaintext connection to a TLS-only listener")
 	}
 	peer, err := serverHandshake(hs, s.opts.Token, s.opts.Name, &buf)

@@ -122,6 +122,9 @@ func FromPEM(caPEM []byte) (*Bundle, error) {
 // Load reads the trust directory dir: the CA certificate always, the
 // member pair when present (a client's copy may hold only ca.pem).
 func Load(dir string) (*Bundle, error) {
+	if abs, err := filepath.Abs(dir); err == nil {
+		dir = abs // other processes (and tokens.json) name it
+	}
 	caPEM, err := os.ReadFile(filepath.Join(dir, CAFile))
 	if err != nil {
 		if errors.Is(err, os.ErrNotExist) {
