@@ -188,7 +188,7 @@ func (c *Client) call(ctx context.Context, m uint16, req *Request) (*Response, e
 		last = err
 		c.failover(ctx, addr, &round)
 		if time.Now().After(deadline) {
-			return nil, fmt.Errorf("%w within %v: %v", ErrNoServer, c.opts.RetryTimeout, last)
+			return nil, fmt.Errorf("%w within %v: %w", ErrNoServer, c.opts.RetryTimeout, last)
 		}
 		select {
 		case <-ctx.Done():
