@@ -557,3 +557,102 @@ func TestSecurityPreAuthFlood(t *testing.T) {
 		t.Fatalf("storage logged %d lines for the flood", logged)
 	}
 }
+
+// TestSecurityAllowOtherMount (issue 15, test 3): on a mount made with
+// --allow-other, another user may read and list what the modes let it,
+// and is refused writing, creating, removing, renaming and chmod of what
+// it does not own.
+func TestSecurityAllowOtherMount(t *testing.T) {
+	needOtherUser(t)
+	if _, err := os.Stat("/dev/fuse"); err != nil {
+		t.Skipf("no /dev/fuse: %v", err)
+	}
+	base := openTempDir(t)
+	t.Setenv("XDG_CONFIG_HOME", filepath.Join(base, "config"))
+	t.Setenv("FFKIT_TOKEN", "")
+	dir := filepath.Join(base, "cluster")
+	up, lines, done := fsUp(t, dir)
+	defer stopUp(t, up, lines, done)
+	url := lines[0]
+	src := filepath.Join(base, "owned.txt")
+	content := []byte("owned by root\n")
+	if err := os.WriteFile(src, content, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, args := range [][]string{{"fs", "mkdir", url + "/d"}, {"fs", "put", src, url + "/d/owned.txt"}} {
+		if out, err := exec.Command(ffkitBin, args...).CombinedOutput(); err != nil {
+			t.Fatalf("%v: %v\n%s", args, err, out)
+		}
+	}
+	mnt := filepath.Join(base, "mnt")
+	if err := os.Mkdir(mnt, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	mount := exec.Command(ffkitBin, "fs", "mount", url+"/", mnt, "--allow-other")
+	mount.Stderr = os.Stderr
+	stdout, _ := mount.StdoutPipe()
+	if err := mount.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		exec.Command(ffkitBin, "fs", "umount", mnt).Run()
+		exec.Command("umount", "-l", mnt).Run()
+		mount.Process.Kill()
+		mount.Wait()
+	})
+	ready := make(chan string, 1)
+	go func() {
+		l, _ := bufio.NewReader(stdout).ReadString('\n')
+		ready <- l
+		io.Copy(io.Discard, stdout)
+	}()
+	select {
+	case l := <-ready:
+		if !strings.HasPrefix(l, "mounted ") {
+			t.Fatalf("fs mount: %q", l)
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("fs mount not ready")
+	}
+	f := filepath.Join(mnt, "d", "owned.txt")
+	sh := func(script string) (string, error) {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		out, err := asOther(ctx, nil, "sh", "-c", script).CombinedOutput()
+		return string(out), err
+	}
+	// Allowed by the modes: read the file, list the directory.
+	if out, err := sh(`cat "` + f + `"`); err != nil || out != string(content) {
+		t.Fatalf("other user cannot read a 0644 file: %v %q", err, out)
+	}
+	if out, err := sh(`ls "` + filepath.Join(mnt, "d") + `"`); err != nil || !strings.Contains(out, "owned.txt") {
+		t.Fatalf("other user cannot list a 0755 directory: %v %q", err, out)
+	}
+	// Refused.
+	for _, tc := range []struct{ what, script, want string }{
+		{"write", `echo overwritten > "` + f + `"`, "Permission denied"},
+		{"append", `echo more >> "` + f + `"`, "Permission denied"},
+		{"create", `: > "` + filepath.Join(mnt, "d", "planted") + `"`, "Permission denied"},
+		{"mkdir", `mkdir "` + filepath.Join(mnt, "d", "sub") + `"`, "Permission denied"},
+		{"unlink", `rm -f "` + f + `"`, "Permission denied"},
+		{"rename", `mv "` + f + `" "` + filepath.Join(mnt, "d", "moved") + `"`, "Permission denied"},
+		{"chmod", `chmod 000 "` + f + `"`, "Operation not permitted"},
+	} {
+		out, err := sh(tc.script)
+		if err == nil || !strings.Contains(out, tc.want) {
+			t.Errorf("%s by another user: want %q, got %v %q", tc.what, tc.want, err, out)
+		}
+	}
+	got, err := os.ReadFile(f)
+	if err != nil || !bytes.Equal(got, content) {
+		t.Fatalf("root's file after the attempts: %v %q", err, got)
+	}
+	ents, _ := os.ReadDir(filepath.Join(mnt, "d"))
+	if len(ents) != 1 {
+		t.Fatalf("directory after the attempts: %v", ents)
+	}
+	// The owner may still write.
+	if err := os.WriteFile(f, []byte("root wrote\n"), 0o644); err != nil {
+		t.Fatalf("owner cannot write: %v", err)
+	}
+}
