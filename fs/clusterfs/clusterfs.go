@@ -179,7 +179,20 @@ func info(name string, n *meta.Inode) fs.FileInfo {
 	if name == "/" {
 		b = "/"
 	}
-	return fs.FileInfo{Name: b, Size: n.Size, IsDir: n.IsDir(), ModTime: time.Unix(0, n.MTime)}
+	return fs.FileInfo{Name: b, Size: n.Size, IsDir: n.IsDir(), ModTime: time.Unix(0, n.MTime),
+		Perm: n.Perm, Uid: n.Uid, Gid: n.Gid, HasOwner: n.Owned}
+}
+
+var _ fs.AttrSetter = (*FS)(nil)
+
+// SetAttr stores permission bits and owner (chmod, chown).
+func (f *FS) SetAttr(ctx context.Context, name string, c fs.AttrChange) (fs.FileInfo, error) {
+	p := abs(name)
+	n, err := f.meta.SetAttr(ctx, p, c.Perm, c.Uid, c.Gid)
+	if err != nil {
+		return fs.FileInfo{}, wrap("setattr", f.String()+p, err)
+	}
+	return info(p, n), nil
 }
 
 // Stat describes a file or directory.

@@ -246,6 +246,15 @@ func (c *Client) Create(ctx context.Context, path string, exclusive bool) (*Inod
 	return r.Inode, nil
 }
 
+// SetAttr changes the permission bits and owner of path (nil: unchanged).
+func (c *Client) SetAttr(ctx context.Context, path string, perm, uid, gid *uint32) (*Inode, error) {
+	r, err := c.call(ctx, MSetAttr, &Request{Path: path, Perm: perm, Uid: uid, Gid: gid})
+	if err != nil {
+		return nil, err
+	}
+	return r.Inode, nil
+}
+
 // Remove removes a file or an empty directory.
 func (c *Client) Remove(ctx context.Context, path string) error {
 	_, err := c.call(ctx, MRemove, &Request{ReqID: c.newReqID(), Path: path})

@@ -198,7 +198,7 @@ var methodNames = map[uint16]string{
 	MStat: "stat", MStatInode: "stat_inode", MReaddir: "readdir", MMkdir: "mkdir", MCreate: "create",
 	MRemove: "remove", MRename: "rename", MBeginFile: "begin_file", MCommitFile: "commit_file",
 	MAbandonFile: "abandon_file", MExtend: "extend", MCloseSession: "close_session",
-	MOpenWrite: "open_write", MTruncate: "truncate",
+	MOpenWrite: "open_write", MTruncate: "truncate", MSetAttr: "set_attr",
 }
 
 func (s *Server) handle(ctx context.Context, req *transport.Request) (any, [][]byte, error) {
@@ -276,6 +276,8 @@ func (s *Server) serve(ctx context.Context, m uint16, r *Request) (*Response, er
 		n, err = s.svc.CloseSession(ctx, r.Inode, r.Session, r.Size, r.TruncVer)
 	case MOpenWrite:
 		n, out.Session, err = s.svc.OpenWrite(ctx, r.ReqID, r.Path, r.Client, r.Create, r.Exclusive)
+	case MSetAttr:
+		n, err = s.svc.SetAttr(ctx, r.Path, r.Perm, r.Uid, r.Gid)
 	case MTruncate:
 		if r.Path == "" {
 			n, err = s.svc.TruncateInode(ctx, r.Inode, r.Size, r.Session)

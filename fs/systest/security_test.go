@@ -655,4 +655,38 @@ func TestSecurityAllowOtherMount(t *testing.T) {
 	if err := os.WriteFile(f, []byte("root wrote\n"), 0o644); err != nil {
 		t.Fatalf("owner cannot write: %v", err)
 	}
+	// chmod and chown are stored by the metadata service and enforced:
+	// 0600 shuts the other user out; handing the file over lets it write.
+	if err := os.Chmod(f, 0o600); err != nil {
+		t.Fatalf("owner chmod: %v", err)
+	}
+	if st, err := os.Stat(f); err != nil || st.Mode().Perm() != 0o600 {
+		t.Fatalf("mode after chmod 600: %v %v", err, st.Mode())
+	}
+	if out, err := sh(`cat "` + f + `"`); err == nil || !strings.Contains(out, "Permission denied") {
+		t.Fatalf("other user read a 0600 file: %v %q", err, out)
+	}
+	other, err := user.Lookup(otherUser)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ouid, _ := strconv.Atoi(other.Uid)
+	if err := os.Chown(f, ouid, -1); err != nil {
+		t.Fatalf("root chown: %v", err)
+	}
+	if out, err := sh(`echo handed over > "` + f + `"`); err != nil {
+		t.Fatalf("the file's new owner cannot write it: %v %q", err, out)
+	}
+	// Stored, not cached: a fresh client sees the mode and owner.
+	out, err := exec.Command(ffkitBin, "--json", "fs", "stat", url+"/d/owned.txt").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var row struct {
+		Perm uint32 `json:"perm"`
+		Uid  int    `json:"uid"`
+	}
+	if err := json.Unmarshal(out, &row); err != nil || row.Perm != 0o600 || row.Uid != ouid {
+		t.Fatalf("fs stat after chmod/chown: %v %s", err, out)
+	}
 }
