@@ -91,13 +91,14 @@ func TestTLSVerifiesBothSides(t *testing.T) {
 }
 
 // capture is an impostor: it listens, records every byte a client sends
-// and answers like a server that does not hold the token.
-func capture(t *testing.T, ln net.Listener, answer bool) *bytes.Buffer {
+// and answers like a server that does not hold the token. stop closes
+// it, waits for its goroutines and returns what it received.
+func capture(t *testing.T, ln net.Listener, answer bool) (stop func() []byte) {
 	t.Helper()
 	var mu sync.Mutex
-	got := &bytes.Buffer{}
+	got := &bytes.Buffer{}       // guarded by mu
+	conns := map[net.Conn]bool{} // guarded by mu
 	var wg sync.WaitGroup
-	t.Cleanup(func() { ln.Close(); wg.Wait() })
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
@@ -106,6 +107,9 @@ func capture(t *testing.T, ln net.Listener, answer bool) *bytes.Buffer {
 			if err != nil {
 				return
 			}
+			mu.Lock()
+			conns[nc] = true
+			mu.Unlock()
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
@@ -135,7 +139,23 @@ func capture(t *testing.T, ln net.Listener, answer bool) *bytes.Buffer {
 			}()
 		}
 	}()
-	return got
+	var once sync.Once
+	stop = func() []byte {
+		once.Do(func() {
+			ln.Close()
+			mu.Lock()
+			for nc := range conns {
+				nc.Close()
+			}
+			mu.Unlock()
+			wg.Wait()
+		})
+		mu.Lock()
+		defer mu.Unlock()
+		return bytes.Clone(got.Bytes())
+	}
+	t.Cleanup(func() { stop() })
+	return stop
 }
 
 func noToken(t *testing.T, got []byte) {
@@ -170,13 +190,12 @@ func TestImpostorGetsNoToken(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			got := capture(t, ln, tc.answer)
+			stop := capture(t, ln, tc.answer)
 			_, err = Dial(context.Background(), ln.Addr().String(), tc.opts)
 			if !errors.Is(err, tc.want) {
 				t.Fatalf("want %v, got %v", tc.want, err)
 			}
-			ln.Close()
-			noToken(t, got.Bytes())
+			noToken(t, stop())
 		})
 	}
 	// The same port later refuses: reported as refused, not as a token problem.
