@@ -141,8 +141,10 @@ func openMgmtdStore(ctx context.Context, spec, dir string, b *trust.Bundle) (kv.
 		if b == nil || b.Cert == nil {
 			return nil, "", fmt.Errorf("embedded etcd in %s: %w", dir, trust.ErrNoTrust)
 		}
-		if err := privateDir(dir); err != nil {
-			return nil, "", err
+		for _, d := range []string{dir, filepath.Join(dir, "etcd")} {
+			if err := privateDir(d); err != nil {
+				return nil, "", err
+			}
 		}
 		st, srv, err := etcdkv.OpenEmbedded(ctx, filepath.Join(dir, "etcd"), "", etcdFiles(b), etcdkv.Options{})
 		if err != nil {

@@ -213,6 +213,9 @@ func runFSUp(cmd *cobra.Command, dir, listen, metrics string, cfg upConfig, time
 		if tlsLoopback {
 			args = append(args, "--tls-loopback")
 		}
+		if err := privateDir(filepath.Join(dir, fmt.Sprintf("storage-%d", i))); err != nil {
+			return err
+		}
 		for j := 1; j <= cfg.TargetsPerStorage; j++ {
 			args = append(args, "--target", filepath.Join(dir, fmt.Sprintf("storage-%d", i), fmt.Sprintf("target-%d", j)))
 		}

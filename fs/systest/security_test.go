@@ -345,6 +345,13 @@ func TestSecurityMetadataStoreAndFakeServer(t *testing.T) {
 	assertNoToken(t, received, token)
 
 	// 2. Files on disk.
+	otherReadsNothing(t, dir)
+}
+
+// otherReadsNothing checks that the other user can read no file of the
+// cluster directory dir nor the user's token file, and cannot list dir.
+func otherReadsNothing(t *testing.T, dir string) {
+	t.Helper()
 	var files []string
 	filepath.WalkDir(dir, func(p string, d os.DirEntry, err error) error {
 		if err == nil && d.Type().IsRegular() {
@@ -364,11 +371,46 @@ func TestSecurityMetadataStoreAndFakeServer(t *testing.T) {
 		t.Fatalf("found %d files, %d chunk files: the test looks in the wrong place", len(files), chunks)
 	}
 	script := `for f; do if cat "$f" >/dev/null 2>&1; then echo "READ $f"; fi; done; ls -R "` + dir + `" >/dev/null 2>&1 && echo "LISTED"; true`
-	out, err = asOther(context.Background(), nil, append([]string{"sh", "-c", script, "sh"}, files...)...).CombinedOutput()
+	out, err := asOther(context.Background(), nil, append([]string{"sh", "-c", script, "sh"}, files...)...).CombinedOutput()
 	if err != nil || len(bytes.TrimSpace(out)) > 0 {
 		t.Fatalf("another user read the cluster's files: %v\n%s", err, out)
 	}
 	t.Logf("other user read none of %d files (%d chunk files) and listed nothing", len(files), chunks)
+}
+
+// TestSecurityTightenOnStart: a cluster directory left readable by an
+// older ffkit (or an operator's chmod -R) is made private again when the
+// cluster starts.
+func TestSecurityTightenOnStart(t *testing.T) {
+	needOtherUser(t)
+	base := openTempDir(t)
+	t.Setenv("XDG_CONFIG_HOME", filepath.Join(base, "config"))
+	t.Setenv("FFKIT_TOKEN", "")
+	dir := filepath.Join(base, "cluster")
+	cmd, lines, done := fsUp(t, dir)
+	src := filepath.Join(base, "f")
+	os.WriteFile(src, bytes.Repeat([]byte("private"), 1000), 0o600)
+	if out, err := exec.Command(ffkitBin, "fs", "put", src, lines[0]+"/f").CombinedOutput(); err != nil {
+		t.Fatalf("fs put: %v\n%s", err, out)
+	}
+	stopUp(t, cmd, lines, done)
+	if out, err := exec.Command("chmod", "-R", "a+rX", dir).CombinedOutput(); err != nil {
+		t.Fatalf("chmod: %v %s", err, out)
+	}
+	cmd, lines, done = fsUp(t, dir)
+	defer stopUp(t, cmd, lines, done)
+	otherReadsNothing(t, dir)
+	// Inside, too (not only the top directory): the files themselves.
+	filepath.WalkDir(dir, func(p string, d os.DirEntry, err error) error {
+		if err != nil || strings.Contains(p, "/etcd/") || strings.HasSuffix(p, ".pem") {
+			return nil
+		}
+		info, err := d.Info()
+		if err == nil && info.Mode().Perm()&0o077 != 0 {
+			t.Errorf("%s is still mode %v", p, info.Mode().Perm())
+		}
+		return nil
+	})
 }
 
 // TestSecurityImpostorOnRestartingPort (issue 15, test 5): while mgmtd
