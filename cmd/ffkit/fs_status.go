@@ -55,7 +55,7 @@ offline). With --json: {"routing_version": N, "chains": [{"id", "version",
 				return err
 			}
 			ctx := cmd.Context()
-			cl, err := client.Dial(ctx, addrs, client.Options{Token: token, Trust: tb, RequestTimeout: timeout})
+			cl, err := client.Dial(ctx, addrs, client.Options{Token: token, Trust: tb, RequestTimeout: timeout, RetryTimeout: timeout})
 			if err != nil {
 				return err
 			}

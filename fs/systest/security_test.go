@@ -168,6 +168,12 @@ func attackListen(addr, out string) {
 		os.Exit(2)
 	}
 	var mu sync.Mutex
+	// The test ends the attack by closing our stdin (a signal to runuser
+	// would not reach us).
+	go func() {
+		io.Copy(io.Discard, os.Stdin)
+		os.Exit(0)
+	}()
 	fmt.Fprintf(os.Stdout, "LISTENING %s\n", ln.Addr())
 	time.AfterFunc(60*time.Second, func() { ln.Close() })
 	for {
@@ -209,11 +215,25 @@ func startListener(t *testing.T, base, addr string) (string, string, func()) {
 	out := filepath.Join(outDir, fmt.Sprintf("received-%d", time.Now().UnixNano()))
 	cmd := attacker(t, base, "listen", "FFKIT_ATTACK_ADDR="+addr, "FFKIT_ATTACK_OUT="+out)
 	stdout, _ := cmd.StdoutPipe()
+	stdin, _ := cmd.StdinPipe()
 	cmd.Stderr = os.Stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	stop := func() { cmd.Process.Kill(); cmd.Wait() }
+	var once sync.Once
+	stop := func() {
+		once.Do(func() {
+			stdin.Close()
+			waited := make(chan struct{})
+			go func() { cmd.Wait(); close(waited) }()
+			select {
+			case <-waited:
+			case <-time.After(2 * time.Minute):
+				cmd.Process.Kill()
+				<-waited
+			}
+		})
+	}
 	t.Cleanup(stop)
 	lines := make(chan string, 1)
 	go func() {
@@ -413,25 +433,31 @@ func TestSecurityTightenOnStart(t *testing.T) {
 	})
 }
 
-// TestSecurityImpostorOnRestartingPort (issue 15, test 5): while mgmtd
-// is down, another user binds its port; commands that reach for the
-// cluster there send it no token and say what went wrong; the cluster
-// comes back on the same port afterwards.
+// TestSecurityImpostorOnRestartingPort (issue 15, test 5): while the
+// cluster (mgmtd) is down, another user binds its port; commands that
+// reach for the cluster there send it no token and say what went wrong;
+// the cluster comes back on the same port afterwards.
 func TestSecurityImpostorOnRestartingPort(t *testing.T) {
 	needOtherUser(t)
 	base := openTempDir(t)
-	c := newCluster(t, 3)
-	addr := c.mgmtdAddr
-	c.mgmtd.kill()
+	t.Setenv("XDG_CONFIG_HOME", filepath.Join(base, "config"))
+	t.Setenv("FFKIT_TOKEN", "")
+	dir := filepath.Join(base, "cluster")
+	cmd, lines, done := fsUp(t, dir)
+	url := lines[0]
+	addr := strings.TrimPrefix(url, "ffkit://")
+	token, err := client.ReadTokenFile(filepath.Join(dir, "token"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	stopUp(t, cmd, lines, done)
 	_, received, stop := startListener(t, base, addr)
 	for _, args := range [][]string{
-		{"fs", "status", "--cluster", "ffkit://" + addr, "--token-file", c.tokenFile, "--timeout", "2s"},
-		{"fs", "ls", "--token-file", c.tokenFile, "ffkit://" + addr + "/"},
+		{"fs", "status", "--cluster", url, "--timeout", "2s"},
+		{"fs", "status", "--cluster", url, "--token-file", filepath.Join(dir, "token"), "--timeout", "2s"},
 	} {
 		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-		cmd := exec.CommandContext(ctx, ffkitBin, args...)
-		cmd.Env = append(os.Environ(), "XDG_CONFIG_HOME="+filepath.Join(c.dir, "config"))
-		out, err := cmd.CombinedOutput()
+		out, err := exec.CommandContext(ctx, ffkitBin, args...).CombinedOutput()
 		cancel()
 		if err == nil {
 			t.Fatalf("%v succeeded against an impostor:\n%s", args, out)
@@ -442,8 +468,8 @@ func TestSecurityImpostorOnRestartingPort(t *testing.T) {
 		t.Logf("%v: %s", args[:2], bytes.TrimSpace(out))
 	}
 	stop()
-	assertNoToken(t, received, c.token)
-	// The real mgmtd takes its port back.
+	assertNoToken(t, received, token)
+	// The real cluster takes its port back.
 	deadline := time.Now().Add(time.Minute)
 	for {
 		ln, err := net.Listen("tcp", addr)
@@ -456,8 +482,14 @@ func TestSecurityImpostorOnRestartingPort(t *testing.T) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	c.startMgmtd()
-	c.waitServing(time.Minute)
+	cmd, lines, done = fsUp(t, dir)
+	defer stopUp(t, cmd, lines, done)
+	if lines[0] != url {
+		t.Fatalf("restarted on %s, want %s", lines[0], url)
+	}
+	if out, err := exec.Command(ffkitBin, "fs", "ls", url+"/").CombinedOutput(); err != nil {
+		t.Fatalf("fs ls after the restart: %v\n%s", err, out)
+	}
 }
 
 // floodConns: FFKIT_FLOOD_CONNS unauthenticated connections (the issue's
