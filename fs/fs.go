@@ -105,4 +105,23 @@ type FileInfo struct {
 	Size    int64     `json:"size"`
 	IsDir   bool      `json:"is_dir"`
 	ModTime time.Time `json:"mod_time"`
+	// Perm, Uid and Gid are the stored permission bits and owner, valid
+	// when HasOwner; a backend that stores none leaves HasOwner false (a
+	// mount then reports its own defaults).
+	Perm     uint32 `json:"perm,omitempty"`
+	Uid      uint32 `json:"uid,omitempty"`
+	Gid      uint32 `json:"gid,omitempty"`
+	HasOwner bool   `json:"has_owner,omitempty"`
+}
+
+// AttrChange changes a file's permission bits and owner; nil fields stay.
+type AttrChange struct {
+	Perm, Uid, Gid *uint32
+}
+
+// AttrSetter is an FS that stores permission bits and owners (chmod,
+// chown). The first change of a file that had none fills the others from
+// defaults (0644 files, 0755 directories, owner 0).
+type AttrSetter interface {
+	SetAttr(ctx context.Context, name string, c AttrChange) (FileInfo, error)
 }

@@ -119,7 +119,7 @@ func benchMetaStore(ctx context.Context, name string) (kv.Store, func(), error) 
 		if err != nil {
 			return nil, nil, err
 		}
-		s, _, err := etcdkv.OpenEmbedded(ctx, dir, "", etcdkv.Options{})
+		s, _, err := etcdkv.OpenEmbedded(ctx, dir, "", nil, etcdkv.Options{})
 		if err != nil {
 			os.RemoveAll(dir)
 			return nil, nil, err

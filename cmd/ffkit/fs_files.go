@@ -49,6 +49,11 @@ func resolvePath(ctx context.Context, tokenFile, p string) (fs.FS, string, error
 			return nil, "", errkind.Wrap(errkind.Usage, err)
 		}
 		os.Setenv("FFKIT_TOKEN", t)
+		if b, err := client.TrustBesideTokenFile(tokenFile); err != nil {
+			return nil, "", err
+		} else if b != nil && os.Getenv("FFKIT_TLS_DIR") == "" {
+			os.Setenv("FFKIT_TLS_DIR", b.Dir)
+		}
 	}
 	return fs.Resolve(ctx, p)
 }

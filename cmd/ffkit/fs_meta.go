@@ -56,6 +56,7 @@ func newFSMetaCmd() *cobra.Command {
 		mgmtdURL, kvSpec, listen, tokenFile, metrics string
 		stripe                                       int
 		gcInterval                                   time.Duration
+		tlsLoopback                                  bool
 	)
 	c := &cobra.Command{
 		Use:   "meta --mgmtd ffkit://HOST:PORT --kv SPEC",
@@ -86,13 +87,17 @@ or SIGTERM stops it.`,
 			if err != nil {
 				return err
 			}
+			tb, err := clusterTrust(tokenFile, auth)
+			if err != nil {
+				return err
+			}
 			ctx := cmd.Context()
 			store, err := kv.Open(ctx, kvSpec)
 			if err != nil {
 				return err
 			}
 			defer store.Close()
-			chunks, err := client.Dial(ctx, addrs, client.Options{Token: token, Name: "meta"})
+			chunks, err := client.Dial(ctx, addrs, client.Options{Token: token, Trust: tb, Name: "meta"})
 			if err != nil {
 				return err
 			}
@@ -102,7 +107,7 @@ or SIGTERM stops it.`,
 				return err
 			}
 			reg := prometheus.NewRegistry()
-			srv, err := meta.StartServer(ctx, svc, meta.ServerOptions{Listen: listen, Token: token, GCInterval: gcInterval,
+			srv, err := meta.StartServer(ctx, svc, meta.ServerOptions{Listen: listen, Token: token, Trust: tb, TLSLoopback: tlsLoopback, GCInterval: gcInterval,
 				Registry: reg, Faults: transport.FaultsFromEnv(),
 				Logf: func(f string, a ...any) { fmt.Fprintf(os.Stderr, f+"\n", a...) }})
 			if err != nil {
@@ -133,5 +138,6 @@ or SIGTERM stops it.`,
 	c.Flags().StringVar(&metrics, "metrics", "", "serve Prometheus metrics on this address (e.g. 127.0.0.1:9102)")
 	c.Flags().IntVar(&stripe, "stripe", 8, "chains a new file's chunks rotate over")
 	c.Flags().DurationVar(&gcInterval, "gc-interval", time.Second, "how often the garbage collector runs")
+	tlsLoopbackFlag(c, &tlsLoopback)
 	return c
 }

@@ -44,13 +44,17 @@ func startUpMeta(ctx context.Context, c *FSUpCluster) (func() error, error) {
 	}
 	for i := 1; i <= upMetaServers; i++ {
 		logPath := filepath.Join(c.LogDir, fmt.Sprintf("meta-%d.log", i))
-		logf, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+		logf, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 		if err != nil {
 			stop()
 			return nil, err
 		}
-		cmd := exec.Command(c.Exe, "fs", "meta", "--mgmtd", "ffkit://"+c.MgmtdAddr, "--kv", c.KVSpec, "--token-file", c.TokenFile,
-			"--metrics", "127.0.0.1:0")
+		args := []string{"fs", "meta", "--mgmtd", "ffkit://" + c.MgmtdAddr, "--kv", c.KVSpec, "--token-file", c.TokenFile,
+			"--metrics", "127.0.0.1:0"}
+		if c.TLSLoopback {
+			args = append(args, "--tls-loopback")
+		}
+		cmd := exec.Command(c.Exe, args...)
 		cmd.Stderr = logf
 		out, err := cmd.StdoutPipe()
 		if err != nil {

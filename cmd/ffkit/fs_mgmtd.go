@@ -22,6 +22,7 @@ import (
 	"github.com/ffkit/ffkit/fs/kv/lease"
 	_ "github.com/ffkit/ffkit/fs/kv/memkv" // the "mem:" store spec
 	"github.com/ffkit/ffkit/fs/mgmtd"
+	"github.com/ffkit/ffkit/fs/trust"
 	"github.com/ffkit/ffkit/internal/errkind"
 )
 
@@ -60,7 +61,7 @@ func ensureToken(dir string) (string, string, error) {
 	if err != nil {
 		return "", "", err
 	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
+	if err := privateDir(dir); err != nil {
 		return "", "", err
 	}
 	if err := os.WriteFile(p, []byte(t+"\n"), 0o600); err != nil {
@@ -131,13 +132,25 @@ func serveMetrics(ctx context.Context, addr string, reg *prometheus.Registry) (s
 
 // openMgmtdStore opens mgmtd's store: "embedded" (an embedded
 // single-member etcd in dir/etcd) or any kv spec (mem:, etcd://...).
-func openMgmtdStore(ctx context.Context, spec, dir string) (kv.Store, string, error) {
+//
+// The embedded etcd serves TLS only and requires a client certificate
+// from the cluster CA (b's member certificate): no other process reads or
+// writes the metadata. The returned spec carries the files' paths.
+func openMgmtdStore(ctx context.Context, spec, dir string, b *trust.Bundle) (kv.Store, string, error) {
 	if spec == "" || spec == "embedded" {
-		st, srv, err := etcdkv.OpenEmbedded(ctx, filepath.Join(dir, "etcd"), "", etcdkv.Options{})
+		if b == nil || b.Cert == nil {
+			return nil, "", fmt.Errorf("embedded etcd in %s: %w", dir, trust.ErrNoTrust)
+		}
+		for _, d := range []string{dir, filepath.Join(dir, "etcd")} {
+			if err := privateDir(d); err != nil {
+				return nil, "", err
+			}
+		}
+		st, srv, err := etcdkv.OpenEmbedded(ctx, filepath.Join(dir, "etcd"), "", etcdFiles(b), etcdkv.Options{})
 		if err != nil {
 			return nil, "", errkind.Wrap(errkind.Unavailable, fmt.Errorf("embedded etcd in %s: %w", dir, err))
 		}
-		return st, "etcd://" + srv.Endpoint(), nil
+		return st, srv.Spec(), nil
 	}
 	st, err := kv.Open(ctx, spec)
 	if err != nil {
@@ -152,6 +165,7 @@ func newFSMgmtdCmd() *cobra.Command {
 		replicas, expect                                   int
 		timers                                             clusterTimers
 		leaseTTL                                           time.Duration
+		tlsLoopback                                        bool
 	)
 	c := &cobra.Command{
 		Use:   "mgmtd --dir DIR",
@@ -201,7 +215,20 @@ state and then prints its URL. List both addresses in cluster URLs
 			if err != nil {
 				return err
 			}
-			store, kvDesc, err := openMgmtdStore(ctx, kvSpec, dir)
+			// The cluster identity: the trust directory beside the token
+			// file, $FFKIT_TLS_DIR, else DIR/tls (created on first start).
+			tb, err := clusterTrust(tokenFile, "")
+			if err != nil {
+				return err
+			}
+			if tb == nil || tb.Cert == nil {
+				if tb, err = ensureClusterTrust(dir); err != nil {
+					return err
+				}
+			} else if err := privateDir(dir); err != nil {
+				return err
+			}
+			store, kvDesc, err := openMgmtdStore(ctx, kvSpec, dir, tb)
 			if err != nil {
 				return err
 			}
@@ -229,14 +256,14 @@ state and then prints its URL. List both addresses in cluster URLs
 			printed := false
 			return lease.Serve(ctx, le, func(lctx context.Context) error {
 				reg := prometheus.NewRegistry()
-				m, err := mgmtd.Start(lctx, mgmtd.Options{Listen: listen, Token: token, Store: store, Replicas: replicas,
+				m, err := mgmtd.Start(lctx, mgmtd.Options{Listen: listen, Token: token, Trust: tb, TLSLoopback: tlsLoopback, Store: store, Replicas: replicas,
 					ExpectTargets: expect, ChunkSize: cs, HeartbeatInterval: timers.heartbeat, FailTimeout: timers.failTimeout, Registry: reg,
 					Fence: le.Fence})
 				if err != nil {
 					return err
 				}
 				defer m.Close()
-				if err := client.RecordToken(m.Addr(), token); err != nil {
+				if err := client.RecordToken(m.Addr(), token, tb); err != nil {
 					warnf("could not record the token: %v", err)
 				}
 				maddr, err := serveMetrics(lctx, metrics, reg)
@@ -266,5 +293,6 @@ state and then prints its URL. List both addresses in cluster URLs
 	c.Flags().DurationVar(&leaseTTL, "lease-ttl", 3*time.Second, "primary lease: a standby takes over this long after the primary stops renewing")
 	c.Flags().IntVar(&expect, "expect-targets", 0, "build the chain table once this many targets registered (0: never)")
 	timers.flags(c)
+	tlsLoopbackFlag(c, &tlsLoopback)
 	return c
 }

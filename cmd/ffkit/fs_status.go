@@ -50,8 +50,12 @@ offline). With --json: {"routing_version": N, "chains": [{"id", "version",
 			if err != nil {
 				return err
 			}
+			tb, err := clusterTrust(tokenFile, auth)
+			if err != nil {
+				return err
+			}
 			ctx := cmd.Context()
-			cl, err := client.Dial(ctx, addrs, client.Options{Token: token, RequestTimeout: timeout})
+			cl, err := client.Dial(ctx, addrs, client.Options{Token: token, Trust: tb, RequestTimeout: timeout, RetryTimeout: timeout})
 			if err != nil {
 				return err
 			}

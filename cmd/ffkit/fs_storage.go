@@ -63,7 +63,7 @@ func newFSStorageCmd() *cobra.Command {
 		node                                 uint32
 		targets                              []string
 		timers                               clusterTimers
-		noLocal                              bool
+		noLocal, tlsLoopback                 bool
 	)
 	c := &cobra.Command{
 		Use:   "storage --mgmtd ffkit://HOST:PORT --node N --target DIR [--target DIR ...]",
@@ -105,6 +105,10 @@ entry for the mgmtd URL. The first line on stdout is the service's address.`,
 			if err != nil {
 				return err
 			}
+			tb, err := clusterTrust(tokenFile, auth)
+			if err != nil {
+				return err
+			}
 			var tcs []storage.TargetConfig
 			for i, t := range targets {
 				id := uint64(node)*100 + uint64(i+1)
@@ -121,7 +125,7 @@ entry for the mgmtd URL. The first line on stdout is the service's address.`,
 			if stop := storageProfile(node, logger); stop != nil {
 				defer stop()
 			}
-			s, err := storage.Start(storage.Config{Node: proto.NodeID(node), Targets: tcs, Mgmtd: addrs, Token: token,
+			s, err := storage.Start(storage.Config{Node: proto.NodeID(node), Targets: tcs, Mgmtd: addrs, Token: token, Trust: tb, TLSLoopback: tlsLoopback,
 				Listen: listen, MetricsListen: metrics, HeartbeatInterval: timers.heartbeat, FailTimeout: timers.failTimeout,
 				Faults: transport.FaultsFromEnv(), Logf: logger.Printf, NoLocalReads: noLocal})
 			if err != nil {
@@ -142,5 +146,6 @@ entry for the mgmtd URL. The first line on stdout is the service's address.`,
 	c.Flags().StringVar(&metrics, "metrics-listen", "127.0.0.1:0", `Prometheus /metrics address ("" to disable)`)
 	c.Flags().BoolVar(&noLocal, "no-local-reads", false, "send every read's bytes over the connection, even to a client on this host")
 	timers.flags(c)
+	tlsLoopbackFlag(c, &tlsLoopback)
 	return c
 }

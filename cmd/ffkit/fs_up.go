@@ -20,6 +20,7 @@ import (
 	"github.com/ffkit/ffkit/fs/mgmtd"
 	"github.com/ffkit/ffkit/fs/proto"
 	"github.com/ffkit/ffkit/fs/transport"
+	"github.com/ffkit/ffkit/fs/trust"
 	"github.com/ffkit/ffkit/internal/errkind"
 )
 
@@ -37,6 +38,10 @@ type FSUpCluster struct {
 	Timers    clusterTimers
 	// Log is where a hook's children should log (DIR/logs).
 	LogDir string
+	// Trust is the cluster's CA and member certificate (DIR/tls);
+	// TLSLoopback: children use TLS on loopback too (--tls-loopback).
+	Trust       *trust.Bundle
+	TLSLoopback bool
 }
 
 // FSUpHook starts one more service inside `ffkit fs up` after the data
@@ -66,6 +71,7 @@ func newFSUpCmd() *cobra.Command {
 		cfg                             upConfig
 		timers                          clusterTimers
 		readyTimeout                    time.Duration
+		tlsLoopback                     bool
 	)
 	c := &cobra.Command{
 		Use:   "up --dir DIR",
@@ -100,7 +106,7 @@ elsewhere pass --token-file or set FFKIT_TOKEN. Logs go to DIR/logs.`,
 			if cfg.Storage < 1 || cfg.TargetsPerStorage < 1 || cfg.Replicas < 1 || cfg.Replicas > cfg.Storage {
 				return usagef("need --storage >= --replicas >= 1 and --targets-per-storage >= 1 (got %d, %d, %d)", cfg.Storage, cfg.Replicas, cfg.TargetsPerStorage)
 			}
-			return runFSUp(cmd, dir, listen, metrics, cfg, timers, readyTimeout)
+			return runFSUp(cmd, dir, listen, metrics, cfg, timers, readyTimeout, tlsLoopback)
 		},
 	}
 	c.Flags().StringVar(&dir, "dir", "", "cluster directory (required; created if missing)")
@@ -112,12 +118,25 @@ elsewhere pass --token-file or set FFKIT_TOKEN. Logs go to DIR/logs.`,
 	c.Flags().StringVar(&metrics, "metrics-listen", "127.0.0.1:0", `mgmtd's Prometheus /metrics address ("" to disable; each storage service logs its own)`)
 	c.Flags().DurationVar(&readyTimeout, "ready-timeout", 60*time.Second, "give up if the cluster is not ready within this")
 	timers.flags(c)
+	tlsLoopbackFlag(c, &tlsLoopback)
 	return c
 }
 
-func runFSUp(cmd *cobra.Command, dir, listen, metrics string, cfg upConfig, timers clusterTimers, readyTimeout time.Duration) error {
+func runFSUp(cmd *cobra.Command, dir, listen, metrics string, cfg upConfig, timers clusterTimers, readyTimeout time.Duration, tlsLoopback bool) error {
 	ctx := cmd.Context()
-	if err := os.MkdirAll(filepath.Join(dir, "logs"), 0o755); err != nil {
+	// Everything under DIR is private to its owner; a cluster made by an
+	// older ffkit is tightened here (storage targets tighten their own).
+	if err := privateDir(dir); err != nil {
+		return err
+	}
+	if err := privateDir(filepath.Join(dir, "logs")); err != nil {
+		return err
+	}
+	if err := tightenFiles(dir); err != nil {
+		return err
+	}
+	tb, err := ensureClusterTrust(dir)
+	if err != nil {
 		return err
 	}
 	cfgPath := filepath.Join(dir, "cluster.json")
@@ -136,13 +155,13 @@ func runFSUp(cmd *cobra.Command, dir, listen, metrics string, cfg upConfig, time
 	if err != nil {
 		return err
 	}
-	store, kvSpec, err := openMgmtdStore(ctx, "embedded", filepath.Join(dir, "mgmtd"))
+	store, kvSpec, err := openMgmtdStore(ctx, "embedded", filepath.Join(dir, "mgmtd"), tb)
 	if err != nil {
 		return err
 	}
 	defer store.Close()
 	reg := prometheus.NewRegistry()
-	m, err := mgmtd.Start(ctx, mgmtd.Options{Listen: listen, Token: token, Store: store, Replicas: cfg.Replicas,
+	m, err := mgmtd.Start(ctx, mgmtd.Options{Listen: listen, Token: token, Trust: tb, TLSLoopback: tlsLoopback, Store: store, Replicas: cfg.Replicas,
 		ExpectTargets: cfg.Storage * cfg.TargetsPerStorage, ChunkSize: cfg.ChunkSize,
 		HeartbeatInterval: timers.heartbeat, FailTimeout: timers.failTimeout, Registry: reg,
 		Faults: transport.FaultsFromEnv(), Logf: func(f string, a ...any) { fmt.Fprintf(os.Stderr, f+"\n", a...) }})
@@ -157,10 +176,10 @@ func runFSUp(cmd *cobra.Command, dir, listen, metrics string, cfg upConfig, time
 	}
 	cfg.MgmtdAddr = m.Addr()
 	b, _ := json.MarshalIndent(cfg, "", "  ")
-	if err := os.WriteFile(cfgPath, b, 0o644); err != nil {
+	if err := os.WriteFile(cfgPath, b, 0o600); err != nil {
 		return err
 	}
-	if err := client.RecordToken(m.Addr(), token); err != nil {
+	if err := client.RecordToken(m.Addr(), token, tb); err != nil {
 		warnf("could not record the token in the user's config: %v", err)
 	}
 	exe, err := os.Executable()
@@ -191,10 +210,16 @@ func runFSUp(cmd *cobra.Command, dir, listen, metrics string, cfg upConfig, time
 	for i := 1; i <= cfg.Storage; i++ {
 		args := []string{"fs", "storage", "--mgmtd", "ffkit://" + m.Addr(), "--node", strconv.Itoa(i), "--token-file", tokenFile,
 			"--heartbeat", timers.heartbeat.String(), "--fail-timeout", timers.failTimeout.String()}
+		if tlsLoopback {
+			args = append(args, "--tls-loopback")
+		}
+		if err := privateDir(filepath.Join(dir, fmt.Sprintf("storage-%d", i))); err != nil {
+			return err
+		}
 		for j := 1; j <= cfg.TargetsPerStorage; j++ {
 			args = append(args, "--target", filepath.Join(dir, fmt.Sprintf("storage-%d", i), fmt.Sprintf("target-%d", j)))
 		}
-		logf, err := os.OpenFile(filepath.Join(dir, "logs", fmt.Sprintf("storage-%d.log", i)), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+		logf, err := os.OpenFile(filepath.Join(dir, "logs", fmt.Sprintf("storage-%d.log", i)), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 		if err != nil {
 			return err
 		}
@@ -212,7 +237,7 @@ func runFSUp(cmd *cobra.Command, dir, listen, metrics string, cfg upConfig, time
 	// Ready: every target serving and every storage service answering.
 	rctx, cancel := context.WithTimeout(ctx, readyTimeout)
 	defer cancel()
-	pool := transport.NewPool(transport.Options{Token: token, Name: "fs-up"})
+	pool := transport.NewPool(transport.Options{Token: token, Trust: tb, TLSLoopback: tlsLoopback, Name: "fs-up"})
 	defer pool.Close()
 	for {
 		if m.Ready() && upReady(rctx, m.Routing(), cfg, pool) {
@@ -236,7 +261,7 @@ func runFSUp(cmd *cobra.Command, dir, listen, metrics string, cfg upConfig, time
 		}
 	}
 	info := &FSUpCluster{Dir: dir, MgmtdAddr: m.Addr(), Token: token, TokenFile: tokenFile, Store: store, KVSpec: kvSpec,
-		Exe: exe, Timers: timers, LogDir: filepath.Join(dir, "logs")}
+		Exe: exe, Timers: timers, LogDir: filepath.Join(dir, "logs"), Trust: tb, TLSLoopback: tlsLoopback}
 	var stops []func() error
 	defer func() {
 		for i := len(stops) - 1; i >= 0; i-- {

@@ -102,7 +102,7 @@ func Dial(ctx context.Context, addrs []string, opts Options) (*Client, error) {
 		return nil, fmt.Errorf("%w: no cluster token (use --token-file or FFKIT_TOKEN)", ErrBadRequest)
 	}
 	c := &Client{opts: opts, mgmtd: addrs,
-		pool:     transport.NewPool(transport.Options{Token: opts.Token, Name: opts.Name, Faults: transport.FaultsFromEnv()}),
+		pool:     transport.NewPool(transport.Options{Token: opts.Token, Name: opts.Name, Faults: transport.FaultsFromEnv(), Trust: opts.Trust, TLSLoopback: opts.TLSLoopback}),
 		clientID: rand.Uint64() | 1}
 	if err := c.refresh(ctx); err != nil {
 		c.pool.Close()

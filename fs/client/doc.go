@@ -68,9 +68,12 @@
 // arguments (a range past MaxChunkSize, an unknown chain) fail at once with
 // ErrBadRequest (errkind.Usage).
 //
-// Tokens: every connection presents the cluster's secret token. LookupToken
-// finds it for a cluster address (FFKIT_TOKEN, then the user's
-// ~/.config/ffkit/tokens.json written by `ffkit fs up` / `ffkit fs mgmtd`);
+// Tokens: every connection proves it holds the cluster's secret token
+// (without sending it) to a server that proved the same first, over TLS
+// verified against the cluster CA off loopback (see fs/transport).
+// LookupCluster finds the token and CA for a cluster address (FFKIT_TOKEN
+// and FFKIT_TLS_DIR, then the user's ~/.config/ffkit/tokens.json written
+// by `ffkit fs up` / `ffkit fs mgmtd`, keyed by the CA's fingerprint);
 // RecordToken writes that file (mode 0600).
 //
 // # Concurrency and ownership

@@ -4,6 +4,7 @@ import (
 	"time"
 
 	"github.com/ffkit/ffkit/fs/proto"
+	"github.com/ffkit/ffkit/fs/trust"
 )
 
 // Identifiers, shared with the services (see package proto).
@@ -49,6 +50,11 @@ type ChunkInfo struct {
 type Options struct {
 	// Token is the cluster secret. Required (see LookupToken).
 	Token string
+	// Trust is the cluster's CA and member certificate (see fs/trust);
+	// TLSLoopback uses TLS on loopback too. Nil Trust: loopback only,
+	// plaintext. See transport.Options.
+	Trust       *trust.Bundle
+	TLSLoopback bool
 	// Name names this client for the transport fault layer. Default "client".
 	Name string
 	// RetryTimeout is how long a call keeps retrying through

@@ -40,6 +40,7 @@ import (
 	"github.com/ffkit/ffkit/fs"
 	"github.com/ffkit/ffkit/fs/client"
 	"github.com/ffkit/ffkit/fs/meta"
+	"github.com/ffkit/ffkit/fs/trust"
 	"github.com/ffkit/ffkit/internal/errkind"
 )
 
@@ -54,8 +55,10 @@ var ErrCorrupt = errkind.New(errkind.Data, "clusterfs: data missing from storage
 
 // Options tune an FS. Zero values take the defaults.
 type Options struct {
-	// Token is the cluster secret. Default: client.LookupToken(authority).
+	// Token is the cluster secret. Default: client.LookupCluster(authority).
 	Token string
+	// Trust is the cluster's CA. Default: client.LookupCluster's.
+	Trust *trust.Bundle
 	// WriteParallel bounds the chunk writes in flight per Writer. Default 4.
 	WriteParallel int
 	// RetryTimeout: how long calls retry through failures. Default 60 s.
@@ -97,11 +100,14 @@ func Open(ctx context.Context, authority string, opts Options) (*FS, error) {
 		return nil, fmt.Errorf("%w: no host:port in %q", fs.ErrBadPath, authority)
 	}
 	if opts.Token == "" {
-		t, err := client.LookupToken(authority)
+		t, b, err := client.LookupCluster(authority)
 		if err != nil {
 			return nil, errkind.Wrap(errkind.Usage, fmt.Errorf("clusterfs: %w (pass --token-file or set FFKIT_TOKEN)", err))
 		}
 		opts.Token = t
+		if opts.Trust == nil {
+			opts.Trust = b
+		}
 	}
 	if opts.WriteParallel <= 0 {
 		opts.WriteParallel = 4
@@ -112,7 +118,7 @@ func Open(ctx context.Context, authority string, opts Options) (*FS, error) {
 	if opts.RetryTimeout <= 0 {
 		opts.RetryTimeout = 60 * time.Second
 	}
-	cc, err := client.Dial(ctx, addrs, client.Options{Token: opts.Token, RetryTimeout: opts.RetryTimeout, NoLocalReads: opts.NoLocalReads})
+	cc, err := client.Dial(ctx, addrs, client.Options{Token: opts.Token, Trust: opts.Trust, RetryTimeout: opts.RetryTimeout, NoLocalReads: opts.NoLocalReads})
 	if err != nil {
 		return nil, fmt.Errorf("clusterfs: %w", err)
 	}
@@ -123,7 +129,7 @@ func Open(ctx context.Context, authority string, opts Options) (*FS, error) {
 		}
 		return cc.Routing().Meta, nil
 	}
-	f.meta, err = meta.NewClient(meta.ClientOptions{Token: opts.Token, Servers: cc.Routing().Meta, Discover: discover,
+	f.meta, err = meta.NewClient(meta.ClientOptions{Token: opts.Token, Trust: opts.Trust, Servers: cc.Routing().Meta, Discover: discover,
 		RetryTimeout: opts.RetryTimeout})
 	if err != nil {
 		cc.Close()
@@ -173,7 +179,20 @@ func info(name string, n *meta.Inode) fs.FileInfo {
 	if name == "/" {
 		b = "/"
 	}
-	return fs.FileInfo{Name: b, Size: n.Size, IsDir: n.IsDir(), ModTime: time.Unix(0, n.MTime)}
+	return fs.FileInfo{Name: b, Size: n.Size, IsDir: n.IsDir(), ModTime: time.Unix(0, n.MTime),
+		Perm: n.Perm, Uid: n.Uid, Gid: n.Gid, HasOwner: n.Owned}
+}
+
+var _ fs.AttrSetter = (*FS)(nil)
+
+// SetAttr stores permission bits and owner (chmod, chown).
+func (f *FS) SetAttr(ctx context.Context, name string, c fs.AttrChange) (fs.FileInfo, error) {
+	p := abs(name)
+	n, err := f.meta.SetAttr(ctx, p, c.Perm, c.Uid, c.Gid)
+	if err != nil {
+		return fs.FileInfo{}, wrap("setattr", f.String()+p, err)
+	}
+	return info(p, n), nil
 }
 
 // Stat describes a file or directory.

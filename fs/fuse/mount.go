@@ -72,7 +72,9 @@ type Options struct {
 	// through the mount are cold. Default false: only files a reader
 	// opened with O_DIRECT are opened so.
 	Direct bool
-	// AllowOther lets other users access the mount. Default false.
+	// AllowOther lets other users access the mount, with access checked
+	// by the kernel against the reported modes and owners
+	// (default_permissions). Default false.
 	AllowOther bool
 	// FsName is the source shown in /proc/mounts. Default the backend's String().
 	FsName string
@@ -248,6 +250,14 @@ func Mount(backend fs.FS, root, mountpoint string, opts Options) (*Server, error
 		ExtraCapabilities: gofuse.CAP_ATOMIC_O_TRUNC | gofuse.CAP_ASYNC_DIO,
 		Debug:             opts.Debug,
 		Logger:            opts.Logger,
+	}
+	if opts.AllowOther {
+		// Other users see the mount: the kernel then checks every access
+		// against the modes and owners the mount reports (the mounting
+		// user owns everything; files 0644, directories 0755), so another
+		// user may read and list but not write, create, remove, rename or
+		// chmod.
+		mo.Options = append(mo.Options, "default_permissions")
 	}
 	if opts.ReadOnly {
 		mo.Options = append(mo.Options, "ro")

@@ -130,6 +130,13 @@ func (s *Server) fillAttr(st fs.FileInfo, a *gofuse.Attr) {
 	a.Blocks = (a.Size + 511) / 512
 	a.Blksize = uint32(s.opts.MaxRequest) // cp and stdio size their buffers by it
 	a.Owner = gofuse.Owner{Uid: s.uid, Gid: s.gid}
+	if st.HasOwner {
+		a.Mode = mode&syscall.S_IFMT | st.Perm&0o7777
+		if s.opts.ReadOnly {
+			a.Mode &^= 0o222
+		}
+		a.Owner = gofuse.Owner{Uid: st.Uid, Gid: st.Gid}
+	}
 	t := st.ModTime
 	if t.IsZero() {
 		t = time.Unix(0, 0)
@@ -361,7 +368,7 @@ func (n *node) openSize() (int64, bool) {
 	return 0, false
 }
 
-func (n *node) Setattr(_ context.Context, fh gofs.FileHandle, in *gofuse.SetAttrIn, out *gofuse.AttrOut) syscall.Errno {
+func (n *node) Setattr(fctx context.Context, fh gofs.FileHandle, in *gofuse.SetAttrIn, out *gofuse.AttrOut) syscall.Errno {
 	ctx, cancel := n.srv.opContext()
 	defer cancel()
 	if size, ok := in.GetSize(); ok {
@@ -372,7 +379,37 @@ func (n *node) Setattr(_ context.Context, fh gofs.FileHandle, in *gofuse.SetAttr
 			return errno
 		}
 	}
-	// Modes, owners and times are not stored: accept and ignore (see doc).
+	// Modes and owners are stored where the backend can (the kernel has
+	// checked, with default_permissions, that the caller may); times are
+	// not: accepted and ignored (see doc).
+	var c fs.AttrChange
+	if m, ok := in.GetMode(); ok {
+		c.Perm = &m
+	}
+	if u, ok := in.GetUID(); ok {
+		c.Uid = &u
+	}
+	if g, ok := in.GetGID(); ok {
+		c.Gid = &g
+	}
+	if as, ok := n.srv.backend.(fs.AttrSetter); ok && (c.Perm != nil || c.Uid != nil || c.Gid != nil) {
+		if n.srv.opts.ReadOnly {
+			return syscall.EROFS
+		}
+		p, errno := n.path()
+		if errno != 0 {
+			return errno
+		}
+		if !n.srv.opts.AllowOther && (c.Uid != nil || c.Gid != nil) {
+			// Without default_permissions nobody checked the caller.
+			if caller, ok := gofuse.FromContext(fctx); !ok || caller.Uid != 0 {
+				return syscall.EPERM
+			}
+		}
+		if _, err := as.SetAttr(ctx, p, c); err != nil {
+			return n.srv.errno(err)
+		}
+	}
 	st, errno := n.stat(ctx, fh)
 	if errno != 0 {
 		return errno

@@ -11,6 +11,7 @@ import (
 
 	"github.com/ffkit/ffkit/fs/kv"
 	"github.com/ffkit/ffkit/fs/transport"
+	"github.com/ffkit/ffkit/fs/trust"
 	"github.com/ffkit/ffkit/internal/errkind"
 )
 
@@ -21,6 +22,11 @@ var ErrNoServer = errkind.New(errkind.Unavailable, "meta: no metadata server rea
 type ClientOptions struct {
 	// Token is the cluster secret. Required.
 	Token string
+	// Trust is the cluster's CA and member certificate (see fs/trust);
+	// TLSLoopback uses TLS on loopback too. Nil Trust: loopback only,
+	// plaintext. See transport.Options.
+	Trust       *trust.Bundle
+	TLSLoopback bool
 	// Name names the client for the transport fault layer. Default "client".
 	Name string
 	// Servers are metadata server addresses to start with.
@@ -106,7 +112,7 @@ func (c *Client) conn(ctx context.Context) (*transport.Conn, string, error) {
 	if cn != nil && cn.Err() == nil {
 		return cn, addr, nil
 	}
-	cn, err := transport.Dial(ctx, addr, transport.Options{Token: c.opts.Token, Name: c.opts.Name, Faults: c.opts.Faults})
+	cn, err := transport.Dial(ctx, addr, transport.Options{Token: c.opts.Token, Name: c.opts.Name, Faults: c.opts.Faults, Trust: c.opts.Trust, TLSLoopback: c.opts.TLSLoopback})
 	if err != nil {
 		return nil, addr, err
 	}
@@ -182,7 +188,7 @@ func (c *Client) call(ctx context.Context, m uint16, req *Request) (*Response, e
 		last = err
 		c.failover(ctx, addr, &round)
 		if time.Now().After(deadline) {
-			return nil, fmt.Errorf("%w within %v: %v", ErrNoServer, c.opts.RetryTimeout, last)
+			return nil, fmt.Errorf("%w within %v: %w", ErrNoServer, c.opts.RetryTimeout, last)
 		}
 		select {
 		case <-ctx.Done():
@@ -234,6 +240,15 @@ func (c *Client) Mkdir(ctx context.Context, path string, parents bool) (*Inode, 
 // Create creates an empty file (exclusive: fail if it exists).
 func (c *Client) Create(ctx context.Context, path string, exclusive bool) (*Inode, error) {
 	r, err := c.call(ctx, MCreate, &Request{ReqID: c.newReqID(), Path: path, Exclusive: exclusive})
+	if err != nil {
+		return nil, err
+	}
+	return r.Inode, nil
+}
+
+// SetAttr changes the permission bits and owner of path (nil: unchanged).
+func (c *Client) SetAttr(ctx context.Context, path string, perm, uid, gid *uint32) (*Inode, error) {
+	r, err := c.call(ctx, MSetAttr, &Request{Path: path, Perm: perm, Uid: uid, Gid: gid})
 	if err != nil {
 		return nil, err
 	}

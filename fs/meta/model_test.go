@@ -301,7 +301,7 @@ func TestModelEtcd(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts an embedded etcd")
 	}
-	s, _, err := etcdkv.OpenEmbedded(context.Background(), t.TempDir(), "", etcdkv.Options{})
+	s, _, err := etcdkv.OpenEmbedded(context.Background(), t.TempDir(), "", nil, etcdkv.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

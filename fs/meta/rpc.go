@@ -17,6 +17,7 @@ const (
 	MCloseSession
 	MOpenWrite
 	MTruncate
+	MSetAttr
 )
 
 // Request is the header of every metadata call; each method reads the
@@ -36,6 +37,10 @@ type Request struct {
 	Parents   bool `json:"parents,omitempty"`
 	Exclusive bool `json:"excl,omitempty"`
 	Create    bool `json:"create,omitempty"`
+	// Perm, Uid, Gid: SetAttr's changes (nil: unchanged).
+	Perm *uint32 `json:"perm,omitempty"`
+	Uid  *uint32 `json:"uid,omitempty"`
+	Gid  *uint32 `json:"gid,omitempty"`
 }
 
 // Response is the header of every metadata reply.

@@ -12,6 +12,7 @@ import (
 
 	"github.com/ffkit/ffkit/fs/kv"
 	"github.com/ffkit/ffkit/fs/transport"
+	"github.com/ffkit/ffkit/fs/trust"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -21,6 +22,11 @@ type ServerOptions struct {
 	Listen string
 	// Token is the cluster secret. Required.
 	Token string
+	// Trust is the cluster's CA and member certificate (see fs/trust);
+	// TLSLoopback uses TLS on loopback too. Nil Trust: loopback only,
+	// plaintext. See transport.Options.
+	Trust       *trust.Bundle
+	TLSLoopback bool
 	// Name names the server for the transport fault layer. Default "meta".
 	Name string
 	// Faults drops traffic between named peers (tests).
@@ -82,7 +88,7 @@ func StartServer(ctx context.Context, svc *Service, opts ServerOptions) (*Server
 		}
 	}
 	var err error
-	s.srv, err = transport.Listen(opts.Listen, transport.Options{Token: opts.Token, Name: opts.Name, Faults: opts.Faults}, s.handle)
+	s.srv, err = transport.Listen(opts.Listen, transport.Options{Token: opts.Token, Name: opts.Name, Faults: opts.Faults, Trust: opts.Trust, TLSLoopback: opts.TLSLoopback}, s.handle)
 	if err != nil {
 		return nil, fmt.Errorf("meta: %w", err)
 	}
@@ -192,7 +198,7 @@ var methodNames = map[uint16]string{
 	MStat: "stat", MStatInode: "stat_inode", MReaddir: "readdir", MMkdir: "mkdir", MCreate: "create",
 	MRemove: "remove", MRename: "rename", MBeginFile: "begin_file", MCommitFile: "commit_file",
 	MAbandonFile: "abandon_file", MExtend: "extend", MCloseSession: "close_session",
-	MOpenWrite: "open_write", MTruncate: "truncate",
+	MOpenWrite: "open_write", MTruncate: "truncate", MSetAttr: "set_attr",
 }
 
 func (s *Server) handle(ctx context.Context, req *transport.Request) (any, [][]byte, error) {
@@ -270,6 +276,8 @@ func (s *Server) serve(ctx context.Context, m uint16, r *Request) (*Response, er
 		n, err = s.svc.CloseSession(ctx, r.Inode, r.Session, r.Size, r.TruncVer)
 	case MOpenWrite:
 		n, out.Session, err = s.svc.OpenWrite(ctx, r.ReqID, r.Path, r.Client, r.Create, r.Exclusive)
+	case MSetAttr:
+		n, err = s.svc.SetAttr(ctx, r.Path, r.Perm, r.Uid, r.Gid)
 	case MTruncate:
 		if r.Path == "" {
 			n, err = s.svc.TruncateInode(ctx, r.Inode, r.Size, r.Session)

@@ -938,3 +938,45 @@ func (s *Service) truncate(ctx context.Context, what string, size int64, sid str
 func newSessionID() string {
 	return fmt.Sprintf("%016x%016x", rand.Uint64(), rand.Uint64())
 }
+
+// SetAttr changes the permission bits (perm & 07777) and owner of the
+// file or directory at path; nil arguments stay. An inode without stored
+// ones gets the defaults first (0644 files, 0755 directories, owner 0).
+// It is idempotent, so a retry needs no request id.
+func (s *Service) SetAttr(ctx context.Context, path string, perm, uid, gid *uint32) (*Inode, error) {
+	comps, err := splitPath(path)
+	if err != nil {
+		return nil, err
+	}
+	var n *Inode
+	err = s.store.Update(ctx, func(tx kv.Txn) error {
+		id, _, err := walk(ctx, snap{tx}, path, comps)
+		if err != nil {
+			return err
+		}
+		if n, err = getInode(ctx, tx, id); err != nil {
+			return err
+		}
+		if !n.Owned {
+			n.Owned, n.Perm, n.Uid, n.Gid = true, 0o644, 0, 0
+			if n.IsDir() {
+				n.Perm = 0o755
+			}
+		}
+		if perm != nil {
+			n.Perm = *perm & 0o7777
+		}
+		if uid != nil {
+			n.Uid = *uid
+		}
+		if gid != nil {
+			n.Gid = *gid
+		}
+		putInode(tx, n)
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return n, nil
+}

@@ -52,6 +52,12 @@ type Inode struct {
 	// Files written sequentially and published whole have no holes, and
 	// a reader treats missing bytes in them as lost data.
 	Holes bool `json:"holes,omitempty"`
+	// Perm (permission bits), Uid and Gid are stored once set by SetAttr
+	// (Owned); before that a mount reports its defaults.
+	Perm  uint32 `json:"perm,omitempty"`
+	Uid   uint32 `json:"uid,omitempty"`
+	Gid   uint32 `json:"gid,omitempty"`
+	Owned bool   `json:"owned,omitempty"`
 }
 
 // IsDir reports whether the inode is a directory.

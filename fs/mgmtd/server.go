@@ -16,6 +16,7 @@ import (
 	"github.com/ffkit/ffkit/fs/kv"
 	"github.com/ffkit/ffkit/fs/proto"
 	"github.com/ffkit/ffkit/fs/transport"
+	"github.com/ffkit/ffkit/fs/trust"
 	"github.com/ffkit/ffkit/internal/errkind"
 )
 
@@ -32,6 +33,11 @@ type Options struct {
 	Listen string
 	// Token is the cluster secret. Required.
 	Token string
+	// Trust is the cluster's CA and member certificate (see fs/trust);
+	// TLSLoopback uses TLS on loopback too. Nil Trust: loopback only,
+	// plaintext. See transport.Options.
+	Trust       *trust.Bundle
+	TLSLoopback bool
 	// Store persists the routing. Required.
 	Store kv.Store
 	// Replicas per chain when the chain table is built. Default 3.
@@ -185,7 +191,7 @@ func Start(ctx context.Context, opts Options) (*Server, error) {
 	s.routing = r
 	s.mVersion.Set(float64(r.Version))
 	s.start = time.Now()
-	s.srv, err = transport.Listen(opts.Listen, transport.Options{Token: opts.Token, Name: opts.Name, Faults: opts.Faults}, s.handle)
+	s.srv, err = transport.Listen(opts.Listen, transport.Options{Token: opts.Token, Name: opts.Name, Faults: opts.Faults, Trust: opts.Trust, TLSLoopback: opts.TLSLoopback}, s.handle)
 	if err != nil {
 		return nil, err
 	}

@@ -18,6 +18,7 @@ import (
 
 	"github.com/ffkit/ffkit/fs/proto"
 	"github.com/ffkit/ffkit/fs/transport"
+	"github.com/ffkit/ffkit/fs/trust"
 )
 
 // TargetConfig names one target directory.
@@ -32,6 +33,11 @@ type Config struct {
 	Targets []TargetConfig // required
 	Mgmtd   []string       // mgmtd addresses, required
 	Token   string         // cluster secret, required
+	// Trust is the cluster's CA and member certificate (see fs/trust);
+	// TLSLoopback uses TLS on loopback too. Nil Trust: loopback only,
+	// plaintext. See transport.Options.
+	Trust       *trust.Bundle
+	TLSLoopback bool
 	// Listen address. Default "127.0.0.1:0".
 	Listen string
 	// Name for logs and the fault layer. Default "storage-<node>".
@@ -169,7 +175,7 @@ func Start(cfg Config) (*Service, error) {
 		s.targets[tc.ID] = &tstate{Target: t}
 	}
 	s.metrics = newMetrics(s)
-	topts := transport.Options{Token: cfg.Token, Name: cfg.Name, Faults: cfg.Faults}
+	topts := transport.Options{Token: cfg.Token, Name: cfg.Name, Faults: cfg.Faults, Trust: cfg.Trust, TLSLoopback: cfg.TLSLoopback}
 	s.pool = transport.NewPool(topts)
 	var err error
 	s.srv, err = transport.Listen(cfg.Listen, topts, s.handle)

@@ -234,6 +234,11 @@ func OpenTarget(vfs VFS, id proto.TargetID, dir string) (*Target, error) {
 	if err := vfs.MkdirAll(t.chunkDir()); err != nil {
 		return nil, fmt.Errorf("storage: target %d: %w", id, err)
 	}
+	if tt, ok := vfs.(Tightener); ok {
+		if err := tt.Tighten(dir); err != nil {
+			return nil, fmt.Errorf("storage: target %d: make %s private: %w", id, dir, err)
+		}
+	}
 	names, err := vfs.ReadDir(t.chunkDir())
 	if err != nil {
 		return nil, fmt.Errorf("storage: target %d: %w", id, err)

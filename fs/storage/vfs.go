@@ -45,16 +45,53 @@ type File interface {
 	Close() error
 }
 
+// Modes of what a target holds: private to the service's user (another
+// local user could otherwise read any file's bytes from its chunks).
+const (
+	dirMode  = 0o700
+	fileMode = 0o600
+)
+
+// Tightener is implemented by a VFS that can set the modes of a target
+// made by an older version (OS does): directories dirMode, files
+// fileMode.
+type Tightener interface {
+	Tighten(dir string) error
+}
+
 // OS is the operating system's file system.
 type OS struct{}
 
 func (OS) Create(name string) (File, error) {
-	return os.OpenFile(name, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o644)
+	return os.OpenFile(name, os.O_RDWR|os.O_CREATE|os.O_TRUNC, fileMode)
+}
+
+// Tighten walks dir and takes away group and other permissions.
+func (OS) Tighten(dir string) error {
+	return filepath.WalkDir(dir, func(p string, d os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		want := os.FileMode(fileMode)
+		if d.IsDir() {
+			want = dirMode
+		} else if !d.Type().IsRegular() {
+			return nil
+		}
+		info, err := d.Info()
+		if err != nil {
+			return err
+		}
+		if info.Mode().Perm() != want {
+			return os.Chmod(p, want)
+		}
+		return nil
+	})
 }
 func (OS) Open(name string) (File, error)       { return os.Open(name) }
 func (OS) Rename(oldname, newname string) error { return os.Rename(oldname, newname) }
 func (OS) Remove(name string) error             { return os.Remove(name) }
-func (OS) MkdirAll(dir string) error            { return os.MkdirAll(dir, 0o755) }
+func (OS) MkdirAll(dir string) error            { return os.MkdirAll(dir, dirMode) }
 func (OS) ReadDir(dir string) ([]string, error) {
 	es, err := os.ReadDir(dir)
 	if err != nil {

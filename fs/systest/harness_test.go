@@ -25,6 +25,10 @@ import (
 var ffkitBin string
 
 func TestMain(m *testing.M) {
+	if os.Getenv("FFKIT_ATTACK") != "" {
+		// This binary re-run as another user (security_test.go): no build.
+		os.Exit(m.Run())
+	}
 	var err error
 	ffkitBin, err = testbin.Get()
 	if err != nil {

@@ -3,15 +3,18 @@ package transport
 import (
 	"bufio"
 	"context"
-	"crypto/subtle"
+	"crypto/tls"
 	"encoding/binary"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/ffkit/ffkit/fs/trust"
 )
 
 // Options configure both ends of a connection.
@@ -25,8 +28,17 @@ type Options struct {
 	MaxFrame int
 	// Faults, if set, drops traffic between named peers.
 	Faults Faults
-	// DialTimeout bounds connect + handshake. Default 3 s.
+	// DialTimeout bounds connect + handshake (and a server's wait for an
+	// unauthenticated peer's handshake). Default 3 s.
 	DialTimeout time.Duration
+	// Trust is the cluster's CA (clients) and member certificate
+	// (servers). Connections to or listeners on non-loopback addresses
+	// need it: they always use TLS. Nil: plaintext on loopback only.
+	Trust *trust.Bundle
+	// TLSLoopback uses TLS on loopback addresses too (FFKIT_TLS=always in
+	// the environment does the same). Default false: loopback connections
+	// are plaintext, still authenticated both ways by the token proofs.
+	TLSLoopback bool
 }
 
 func (o *Options) defaults() {
@@ -39,11 +51,6 @@ func (o *Options) defaults() {
 	if o.DialTimeout <= 0 {
 		o.DialTimeout = 3 * time.Second
 	}
-}
-
-type hello struct {
-	Token string `json:"token"`
-	Name  string `json:"name"`
 }
 
 // Conn is a client connection carrying many concurrent calls.
@@ -81,28 +88,60 @@ type pending struct {
 	state atomic.Int32 // 0 waiting, 1 sink running, 2 abandoned by the caller
 }
 
-// Dial connects to addr and presents the token.
+// Dial connects to addr, checks that the server is a member of the
+// cluster (TLS against the cluster CA when used, then the server's proof
+// of the token) and proves its own membership (see handshake.go). The
+// token itself never crosses the connection.
 func Dial(ctx context.Context, addr string, opts Options) (*Conn, error) {
 	opts.defaults()
+	useTLS, err := opts.dialTLS(addr)
+	if err != nil {
+		return nil, err
+	}
+	c, err := dial(ctx, addr, opts, useTLS)
+	if errors.Is(err, errTLSRequired) {
+		// A loopback listener started with TLS required: no secret was
+		// sent; go again with TLS if we can verify the server.
+		if opts.Trust == nil {
+			return nil, fmt.Errorf("%w: %s serves TLS only and this process has no cluster CA (tls/ca.pem of the cluster directory, FFKIT_TLS_DIR)", ErrNotMember, addr)
+		}
+		return dial(ctx, addr, opts, true)
+	}
+	return c, err
+}
+
+func dial(ctx context.Context, addr string, opts Options, useTLS bool) (*Conn, error) {
 	ctx, cancel := context.WithTimeout(ctx, opts.DialTimeout)
 	defer cancel()
 	var d net.Dialer
-	nc, err := d.DialContext(ctx, "tcp", addr)
+	raw, err := d.DialContext(ctx, "tcp", addr)
 	if err != nil {
-		return nil, fmt.Errorf("transport: dial %s: %w", addr, err)
+		return nil, dialError(addr, "connect", err)
 	}
-	if tc, ok := nc.(*net.TCPConn); ok {
+	if tc, ok := raw.(*net.TCPConn); ok {
 		// No SetReadBuffer/SetWriteBuffer: fixing the socket buffers turns
 		// off Linux's autotuning, which halved large reads on loopback.
 		tc.SetNoDelay(true)
 	}
-	if dl, ok := ctx.Deadline(); ok {
-		nc.SetDeadline(dl)
+	raw.SetDeadline(handshakeDeadline(ctx, opts.DialTimeout))
+	nc := raw
+	if useTLS {
+		tc := tls.Client(raw, opts.Trust.ClientConfig())
+		if err := tc.HandshakeContext(ctx); err != nil {
+			raw.Close()
+			return nil, dialError(addr, "TLS handshake", err)
+		}
+		nc = tc
 	}
-	h, _ := json.Marshal(hello{Token: opts.Token, Name: opts.Name})
-	if _, err := nc.Write(EncodeFrame(Frame{Type: THello, Header: h})); err != nil {
+	peer, err := clientHandshake(nc, addr, opts)
+	if err != nil {
 		nc.Close()
-		return nil, fmt.Errorf("transport: handshake with %s: %w", addr, err)
+		return nil, err
+	}
+	nc.SetDeadline(time.Time{})
+	if opts.Faults != nil && opts.Faults.Blocked(opts.Name, peer) {
+		nc.Close()
+		return nil, fmt.Errorf("%w: %s -> %s", ErrPartitioned, opts.Name, peer)
 	}
 	// Small: whatever the buffer holds past a frame's header is copied out
 	// of it once more, and bulk data is read straight from the socket
@@ -110,22 +149,7 @@ func Dial(ctx context.Context, addr string, opts Options) (*Conn, error) {
 	// that copy was 7% of a FUSE mount's CPU on cold 4 MiB block reads;
 	// 32 KiB still takes several small replies per system call.
 	br := bufio.NewReaderSize(nc, 32<<10)
-	f, err := ReadFrame(br, opts.MaxFrame)
-	if err != nil || f.Type != THelloOK {
-		nc.Close()
-		if err == nil {
-			err = fmt.Errorf("unexpected frame type %d", f.Type)
-		}
-		return nil, fmt.Errorf("%w: %s: %v", ErrRefused, addr, err)
-	}
-	var sh hello
-	json.Unmarshal(f.Header, &sh)
-	nc.SetDeadline(time.Time{})
-	if opts.Faults != nil && opts.Faults.Blocked(opts.Name, sh.Name) {
-		nc.Close()
-		return nil, fmt.Errorf("%w: %s -> %s", ErrPartitioned, opts.Name, sh.Name)
-	}
-	c := &Conn{nc: nc, opts: opts, peer: sh.Name, addr: addr, calls: map[uint64]*pending{}, done: make(chan struct{})}
+	c := &Conn{nc: nc, opts: opts, peer: peer, addr: addr, calls: map[uint64]*pending{}, done: make(chan struct{})}
 	go c.readLoop(br)
 	return c, nil
 }
@@ -389,9 +413,4 @@ func writeFrame(nc net.Conn, mu *sync.Mutex, id uint64, typ byte, method uint16,
 	defer mu.Unlock()
 	_, err := bufs.WriteTo(nc)
 	return err
-}
-
-// tokenOK compares tokens in constant time.
-func tokenOK(got, want string) bool {
-	return want != "" && subtle.ConstantTimeCompare([]byte(got), []byte(want)) == 1
 }

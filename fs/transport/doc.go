@@ -1,15 +1,20 @@
 // Package transport moves requests and replies between ffkit's services
 // over TCP: length-prefixed binary frames, many requests in flight per
-// connection (multiplexed by request id), and a cluster secret token that
-// every connection presents first. A connection without the right token is
-// refused and logged.
+// connection (multiplexed by request id). Every connection starts with a
+// handshake (handshake.go): TLS 1.3 against the cluster CA (always off
+// loopback; see Options.Trust), then both sides prove they hold the
+// cluster token, the server first, without sending it. A peer that fails
+// is refused, and refusals are logged at most once a second. Until its
+// handshake succeeds a connection holds a 512-byte buffer, and the
+// server keeps at most MaxPendingHandshakes of them (per source address:
+// MaxPendingHandshakesPerSrc), closing the oldest beyond that.
 //
 // # Frame
 //
 //	offset size  field
 //	0      4     L: length of the rest of the frame (big endian), 16 <= L <= MaxFrame
 //	4      8     request id
-//	12     1     type: 1 request, 2 reply, 3 error reply, 4 hello, 5 hello ok
+//	12     1     type: 1 request, 2 reply, 3 error reply, 4 hello, 5 hello ok, 6 proof
 //	13     1     reserved (0)
 //	14     2     method
 //	16     4     H: header length, H <= L-16

@@ -12,8 +12,22 @@ var (
 	// ErrClosed: the connection broke or was closed; the request may or may
 	// not have been applied.
 	ErrClosed = errkind.New(errkind.Unavailable, "transport: connection closed")
-	// ErrRefused: the peer refused the handshake (bad token).
-	ErrRefused = errkind.New(errkind.Unavailable, "transport: connection refused by peer (bad cluster token?)")
+	// ErrRefused: the peer ended the handshake without saying why (it may
+	// be at its limit of unauthenticated connections).
+	ErrRefused = errkind.New(errkind.Unavailable, "transport: handshake refused by peer")
+	// ErrBadToken: the server, having proved its own membership, refused
+	// this side's cluster token.
+	ErrBadToken = errkind.New(errkind.Usage, "transport: the server refused our cluster token (wrong token for this cluster)")
+	// ErrNotMember: the peer failed to prove it belongs to the cluster (its
+	// TLS certificate is not from the cluster CA, or it does not hold the
+	// token). Nothing secret was sent to it.
+	ErrNotMember = errkind.New(errkind.Unavailable, "transport: peer is not a member of this cluster")
+	// ErrTimeout: the peer did not answer in time.
+	ErrTimeout = errkind.New(errkind.Unavailable, "transport: timed out")
+	// ErrReset: the peer closed or reset the connection.
+	ErrReset = errkind.New(errkind.Unavailable, "transport: connection reset by peer")
+	// ErrConnRefused: nothing listens at the address.
+	ErrConnRefused = errkind.New(errkind.Unavailable, "transport: connection refused (nothing listening)")
 	// ErrPartitioned: the fault layer blocks traffic to this peer.
 	ErrPartitioned = errkind.New(errkind.Unavailable, "transport: peer unreachable (partitioned)")
 )

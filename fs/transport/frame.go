@@ -15,6 +15,7 @@ const (
 	TError    = 3
 	THello    = 4
 	THelloOK  = 5
+	TProof    = 6
 	prefixLen = 4
 	fixedLen  = 16 // id, type, reserved, method, header length
 )
@@ -112,7 +113,7 @@ func decodeBody(buf []byte) (Frame, error) {
 		Type:   buf[8],
 		Method: binary.BigEndian.Uint16(buf[10:]),
 	}
-	if f.Type < TRequest || f.Type > THelloOK || buf[9] != 0 {
+	if f.Type < TRequest || f.Type > TProof || buf[9] != 0 {
 		return Frame{}, fmt.Errorf("%w: type %d reserved %d", ErrFrame, f.Type, buf[9])
 	}
 	h := binary.BigEndian.Uint32(buf[12:])

@@ -2,6 +2,7 @@ package etcdkv
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 	"net"
 	"net/url"
@@ -11,6 +12,7 @@ import (
 	"time"
 
 	"github.com/ffkit/ffkit/fs/kv"
+	etcdtransport "go.etcd.io/etcd/client/pkg/v3/transport"
 	"go.etcd.io/etcd/server/v3/embed"
 	"go.uber.org/zap"
 )
@@ -38,6 +40,32 @@ type EmbedConfig struct {
 	Logger *zap.Logger
 	// StartTimeout bounds the wait for the member to serve. Default 60s.
 	StartTimeout time.Duration
+	// TLS, if set, serves clients and peers over TLS and requires their
+	// certificates, issued by TLS.CA: only holders of a certificate from
+	// that CA read or write anything. Default nil: plaintext, no
+	// authentication (tests only).
+	TLS *TLSFiles
+}
+
+// TLSFiles names the PEM files of a TLS identity.
+type TLSFiles struct {
+	CA, Cert, Key string
+}
+
+// ClientConfig is the TLS configuration of a client with this identity.
+func (f *TLSFiles) ClientConfig() (*tls.Config, error) {
+	info := etcdtransport.TLSInfo{CertFile: f.Cert, KeyFile: f.Key, TrustedCAFile: f.CA}
+	c, err := info.ClientConfig()
+	if err != nil {
+		return nil, fmt.Errorf("etcdkv: TLS identity (ca %s, cert %s, key %s): %w", f.CA, f.Cert, f.Key, err)
+	}
+	return c, nil
+}
+
+// Query is the part of a store spec that passes the files
+// ("?cacert=...&cert=...&key=...").
+func (f *TLSFiles) Query() string {
+	return "?" + url.Values{"cacert": {f.CA}, "cert": {f.Cert}, "key": {f.Key}}.Encode()
 }
 
 // Server is a running embedded etcd member.
@@ -45,6 +73,7 @@ type Server struct {
 	e        *embed.Etcd
 	endpoint string
 	name     string
+	tls      *TLSFiles
 }
 
 // FreeAddr returns a 127.0.0.1 address with a port that was free a moment ago.
@@ -89,8 +118,14 @@ func StartEmbedded(ctx context.Context, c EmbedConfig) (*Server, error) {
 	cfg := embed.NewConfig()
 	cfg.Name = c.Name
 	cfg.Dir = filepath.Join(c.Dir, "member-data")
-	cu := url.URL{Scheme: "http", Host: c.ClientAddr}
-	pu := url.URL{Scheme: "http", Host: c.PeerAddr}
+	scheme := "http"
+	if c.TLS != nil {
+		scheme = "https"
+		info := etcdtransport.TLSInfo{CertFile: c.TLS.Cert, KeyFile: c.TLS.Key, TrustedCAFile: c.TLS.CA, ClientCertAuth: true}
+		cfg.ClientTLSInfo, cfg.PeerTLSInfo = info, info
+	}
+	cu := url.URL{Scheme: scheme, Host: c.ClientAddr}
+	pu := url.URL{Scheme: scheme, Host: c.PeerAddr}
 	cfg.ListenClientUrls, cfg.AdvertiseClientUrls = []url.URL{cu}, []url.URL{cu}
 	cfg.ListenPeerUrls, cfg.AdvertisePeerUrls = []url.URL{pu}, []url.URL{pu}
 	cfg.InitialCluster = c.InitialCluster
@@ -136,11 +171,20 @@ func StartEmbedded(ctx context.Context, c EmbedConfig) (*Server, error) {
 		e.Close()
 		return nil, ctx.Err()
 	}
-	return &Server{e: e, endpoint: c.ClientAddr, name: c.Name}, nil
+	return &Server{e: e, endpoint: c.ClientAddr, name: c.Name, tls: c.TLS}, nil
 }
 
 // Endpoint is the member's client address (host:port).
 func (s *Server) Endpoint() string { return s.endpoint }
+
+// Spec is how another process reaches the member: "etcd://host:port",
+// with the TLS files as a query when the member uses TLS.
+func (s *Server) Spec() string {
+	if s.tls != nil {
+		return "etcd://" + s.endpoint + s.tls.Query()
+	}
+	return "etcd://" + s.endpoint
+}
 
 // Close stops the member.
 func (s *Server) Close() { s.e.Close() }
@@ -149,10 +193,20 @@ func (s *Server) Close() { s.e.Close() }
 // returns a Store on it that owns the server: Close stops both. clientAddr
 // may be "" for a free port; other processes reach the same store through
 // Endpoint.
-func OpenEmbedded(ctx context.Context, dir, clientAddr string, opts Options) (*Store, *Server, error) {
-	srv, err := StartEmbedded(ctx, EmbedConfig{Dir: dir, ClientAddr: clientAddr})
+//
+// With files non-nil the member serves TLS only and requires client
+// certificates (see EmbedConfig.TLS); the Store uses files as its own
+// identity.
+func OpenEmbedded(ctx context.Context, dir, clientAddr string, files *TLSFiles, opts Options) (*Store, *Server, error) {
+	srv, err := StartEmbedded(ctx, EmbedConfig{Dir: dir, ClientAddr: clientAddr, TLS: files})
 	if err != nil {
 		return nil, nil, err
+	}
+	if files != nil && opts.TLS == nil {
+		if opts.TLS, err = files.ClientConfig(); err != nil {
+			srv.Close()
+			return nil, nil, err
+		}
 	}
 	s, err := Open(ctx, []string{srv.Endpoint()}, opts)
 	if err != nil {

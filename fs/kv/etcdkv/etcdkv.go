@@ -25,8 +25,10 @@ package etcdkv
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
+	"net/url"
 	"strings"
 	"time"
 
@@ -52,6 +54,10 @@ type Options struct {
 	DialTimeout time.Duration
 	// Logger receives the client's logs. Default: none.
 	Logger *zap.Logger
+	// TLS, if set, connects over TLS with this configuration (its client
+	// certificate proves membership to an etcd that requires one).
+	// Default nil: plaintext.
+	TLS *tls.Config
 }
 
 // Validate fills defaults and rejects nonsense.
@@ -89,7 +95,15 @@ func Open(ctx context.Context, endpoints []string, opts Options) (*Store, error)
 	if len(endpoints) == 0 {
 		return nil, fmt.Errorf("%w: etcdkv: no endpoints", kv.ErrUnavailable)
 	}
+	if opts.TLS != nil {
+		eps := make([]string, len(endpoints))
+		for i, e := range endpoints {
+			eps[i] = "https://" + strings.TrimPrefix(e, "https://")
+		}
+		endpoints = eps
+	}
 	c, err := clientv3.New(clientv3.Config{
+		TLS:                opts.TLS,
 		Endpoints:          endpoints,
 		DialTimeout:        opts.DialTimeout,
 		Logger:             opts.Logger,
@@ -346,12 +360,31 @@ func (t *txn) Set(key, value []byte)         { t.buf.Set(key, value) }
 func (t *txn) Delete(key []byte)             { t.buf.Delete(key) }
 func (t *txn) DeleteRange(begin, end []byte) { t.buf.DeleteRange(begin, end) }
 
-// ParseSpec splits "//h1:p1,h2:p2/prefix/" (the part after "etcd:") into
-// endpoints and a key prefix (default "ffkit/").
-func ParseSpec(rest string) (endpoints []string, prefix string, err error) {
+// ParseSpec splits "//h1:p1,h2:p2/prefix/?cacert=CA&cert=CERT&key=KEY"
+// (the part after "etcd:") into endpoints, a key prefix (default
+// "ffkit/") and the TLS files (nil without a query): with them the store
+// connects over TLS, verifies etcd against CA and presents CERT/KEY as its
+// client certificate.
+func ParseSpec(rest string) (endpoints []string, prefix string, files *TLSFiles, err error) {
 	s, ok := strings.CutPrefix(rest, "//")
 	if !ok {
-		return nil, "", fmt.Errorf("%w: etcd:%s: want etcd://HOST:PORT[,HOST:PORT...][/PREFIX]", kv.ErrBadSpec, rest)
+		return nil, "", nil, fmt.Errorf("%w: etcd:%s: want etcd://HOST:PORT[,HOST:PORT...][/PREFIX][?cacert=CA&cert=CERT&key=KEY]", kv.ErrBadSpec, rest)
+	}
+	s, query, hasQuery := strings.Cut(s, "?")
+	if hasQuery {
+		q, err := url.ParseQuery(query)
+		if err != nil {
+			return nil, "", nil, fmt.Errorf("%w: etcd:%s: bad query: %v", kv.ErrBadSpec, rest, err)
+		}
+		for k := range q {
+			if k != "cacert" && k != "cert" && k != "key" {
+				return nil, "", nil, fmt.Errorf("%w: etcd:%s: unknown parameter %q (want cacert, cert, key)", kv.ErrBadSpec, rest, k)
+			}
+		}
+		files = &TLSFiles{CA: q.Get("cacert"), Cert: q.Get("cert"), Key: q.Get("key")}
+		if files.CA == "" || (files.Cert == "") != (files.Key == "") {
+			return nil, "", nil, fmt.Errorf("%w: etcd:%s: TLS needs cacert, and cert with key", kv.ErrBadSpec, rest)
+		}
 	}
 	hosts, p, _ := strings.Cut(s, "/")
 	for _, h := range strings.Split(hosts, ",") {
@@ -360,20 +393,26 @@ func ParseSpec(rest string) (endpoints []string, prefix string, err error) {
 		}
 	}
 	if len(endpoints) == 0 {
-		return nil, "", fmt.Errorf("%w: etcd:%s: no HOST:PORT", kv.ErrBadSpec, rest)
+		return nil, "", nil, fmt.Errorf("%w: etcd:%s: no HOST:PORT", kv.ErrBadSpec, rest)
 	}
 	if p != "" && !strings.HasSuffix(p, "/") {
 		p += "/"
 	}
-	return endpoints, p, nil
+	return endpoints, p, files, nil
 }
 
 func init() {
 	kv.RegisterBackend("etcd", func(ctx context.Context, rest string) (kv.Store, error) {
-		eps, prefix, err := ParseSpec(rest)
+		eps, prefix, files, err := ParseSpec(rest)
 		if err != nil {
 			return nil, err
 		}
-		return Open(ctx, eps, Options{Prefix: prefix})
+		opts := Options{Prefix: prefix}
+		if files != nil {
+			if opts.TLS, err = files.ClientConfig(); err != nil {
+				return nil, err
+			}
+		}
+		return Open(ctx, eps, opts)
 	})
 }

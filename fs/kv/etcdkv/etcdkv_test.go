@@ -12,7 +12,7 @@ import (
 
 func TestConformanceEmbedded(t *testing.T) {
 	ctx := context.Background()
-	s, srv, err := OpenEmbedded(ctx, t.TempDir(), "", Options{})
+	s, srv, err := OpenEmbedded(ctx, t.TempDir(), "", nil, Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
