@@ -78,7 +78,7 @@ type listed struct {
 	open  func(name string) (fs.File, error)
 	// perSample: file i belongs to sample i alone and is closed by Done.
 	perSample bool
-	done  context.Context
+	done      context.Context
 }
 
 func newListed(ctx context.Context, format string, fsys fs.FS) *listed {
@@ -124,8 +124,8 @@ func (l *listed) Done(i int) {
 	}
 }
 
-func (l *listed) Format() string     { return l.format }
-func (l *listed) Samples() []Sample  { return l.samples }
+func (l *listed) Format() string    { return l.format }
+func (l *listed) Samples() []Sample { return l.samples }
 func (l *listed) exts(i int) []extent {
 	if l.extents != nil {
 		return l.extents[i]
