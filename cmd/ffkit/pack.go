@@ -8,6 +8,7 @@ import (
 	"runtime/pprof"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -139,11 +140,16 @@ func runPack(ctx context.Context, src string, f packFlags, shardSizeSet, alignSe
 		defer pprof.StopCPUProfile()
 	}
 	if step := os.Getenv("FFKIT_PACK_STOP_AT"); step != "" {
-		// For tests: stop this process (SIGSTOP) after a publish step, so
-		// that a test can SIGKILL it exactly there.
+		// For tests: stop this process (SIGSTOP) after a publish step and
+		// go no further, so that a test can SIGKILL it exactly there. (The
+		// stop can reach this thread after other threads: the sleep keeps
+		// it from running on meanwhile.)
 		ffrecord.PublishHookForTesting = func(s string) error {
 			if s == step {
 				syscall.Kill(os.Getpid(), syscall.SIGSTOP)
+				for {
+					time.Sleep(time.Hour)
+				}
 			}
 			return nil
 		}
