@@ -263,3 +263,124 @@ func TestCLIPackGzipTarAndBadFlags(t *testing.T) {
 		t.Fatal("a refused pack wrote its output")
 	}
 }
+
+// Every source packs the same from an ffkit:// path as from the local
+// copy, byte for byte (shards and index), and onto the cluster; a pack
+// onto the cluster killed between the two renames of --force leaves
+// nothing at OUT, pack --clean restores the old dataset, a rerun leaves no
+// staging behind.
+func TestCLIPackClusterSources(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a cluster of processes")
+	}
+	local := t.TempDir()
+	srcs := filepath.Join(local, "srcs")
+	packSource(t, filepath.Join(srcs, "tree", "sub"), 30, 3000, 't')
+	os.WriteFile(filepath.Join(srcs, "tree", "top.bin"), bytes.Repeat([]byte("x"), 5<<20+3), 0o644)
+	var lines []string
+	for i := range 40 {
+		lines = append(lines, fmt.Sprintf(`{"n":%d,"s":"%s"}`, i, strings.Repeat("y", i*50)))
+	}
+	os.WriteFile(filepath.Join(srcs, "c.jsonl"), []byte(strings.Join(lines, "\n")+"\n"), 0o644)
+	writeTarFile := func(p string, gz bool, names []string) {
+		f, _ := os.Create(p)
+		defer f.Close()
+		var tw *tar.Writer
+		var zw *gzip.Writer
+		if gz {
+			zw = gzip.NewWriter(f)
+			tw = tar.NewWriter(zw)
+		} else {
+			tw = tar.NewWriter(f)
+		}
+		for i, n := range names {
+			b := bytes.Repeat([]byte{byte(i)}, 100+i*37)
+			tw.WriteHeader(&tar.Header{Name: n, Size: int64(len(b)), Mode: 0o644})
+			tw.Write(b)
+		}
+		tw.Close()
+		if zw != nil {
+			zw.Close()
+		}
+	}
+	var members, wds []string
+	for i := range 25 {
+		members = append(members, fmt.Sprintf("m/%03d.bin", i))
+	}
+	for k := range 12 { // WebDataset: every pair of members shares a key
+		wds = append(wds, fmt.Sprintf("%06d.jpg", k), fmt.Sprintf("%06d.json", k))
+	}
+	writeTarFile(filepath.Join(srcs, "a.tar"), false, members)
+	writeTarFile(filepath.Join(srcs, "a.tgz"), true, members)
+	os.MkdirAll(filepath.Join(srcs, "wds"), 0o755)
+	writeTarFile(filepath.Join(srcs, "wds", "s-0.tar"), false, wds[:10])
+	writeTarFile(filepath.Join(srcs, "wds", "s-1.tar.gz"), true, wds[10:])
+
+	u := startUp(t, t.TempDir())
+	U := u.url
+	u.must(t, "fs", "mkdir", U+"/in")
+	u.must(t, "fs", "put", srcs, U+"/in")
+	for _, c := range []struct {
+		src  string
+		args []string
+	}{
+		{"tree", nil},
+		{"c.jsonl", nil},
+		{"a.tar", nil},
+		{"a.tgz", nil},
+		{"wds", []string{"--format", "webdataset"}},
+	} {
+		name := strings.ReplaceAll(c.src, ".", "_")
+		lo, cl := filepath.Join(local, "lo-"+name), filepath.Join(local, "cl-"+name)
+		u.must(t, append([]string{"pack", filepath.Join(srcs, c.src), "-o", lo, "--shard-size", "1M"}, c.args...)...)
+		u.must(t, append([]string{"pack", U + "/in/srcs/" + c.src, "-o", cl, "--shard-size", "1M"}, c.args...)...)
+		u.must(t, append([]string{"pack", filepath.Join(srcs, c.src), "-o", U + "/out/" + name, "--shard-size", "1M"}, c.args...)...)
+		ents, _ := os.ReadDir(lo)
+		if len(ents) < 2 {
+			t.Fatalf("%s: packed into %v", c.src, ents)
+		}
+		for _, e := range ents {
+			a, _ := os.ReadFile(filepath.Join(lo, e.Name()))
+			b, err := os.ReadFile(filepath.Join(cl, e.Name()))
+			if err != nil || !bytes.Equal(a, b) {
+				t.Fatalf("%s: %s packed from the cluster differs from the local pack (%v)", c.src, e.Name(), err)
+			}
+		}
+		want, err := datasetSamples(lo)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := filepath.Join(local, "get-"+name)
+		u.must(t, "fs", "get", U+"/out/"+name, got)
+		if s, err := datasetSamples(got); err != nil || !equalSamples(s, want) {
+			t.Fatalf("%s: the dataset packed onto the cluster differs (%v)", c.src, err)
+		}
+	}
+	// A kill between the renames of --force on the cluster: nothing at OUT,
+	// --clean restores the old dataset, a rerun replaces it cleanly.
+	ds := U + "/out/tree"
+	old, _ := datasetSamples(filepath.Join(local, "lo-tree"))
+	cmd := exec.Command(ffrBinary(t), "pack", filepath.Join(srcs, "c.jsonl"), "-o", ds, "--force")
+	cmd.Env = append(append([]string{}, u.env...), "FFKIT_PACK_STOP_AT="+ffrecord.StepAside)
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "pack to stop after setting the old dataset aside", func() bool { return stopped(cmd.Process.Pid) })
+	cmd.Process.Signal(syscall.SIGKILL)
+	cmd.Wait()
+	if _, code := u.run(t, "verify", ds); code == 0 {
+		t.Fatal("verify passed a dataset that is not there")
+	}
+	u.must(t, "pack", "--clean", "-o", ds)
+	back := filepath.Join(local, "restored")
+	u.must(t, "fs", "get", ds, back)
+	if s, err := datasetSamples(back); err != nil || !equalSamples(s, old) {
+		t.Fatalf("--clean did not restore the old dataset: %d samples, %v", len(s), err)
+	}
+	u.must(t, "pack", filepath.Join(srcs, "c.jsonl"), "-o", ds, "--force")
+	u.must(t, "verify", ds)
+	ls := u.must(t, "fs", "ls", U+"/out")
+	if strings.Contains(ls, "ffkit-staging") || strings.Contains(ls, "ffkit-old") {
+		t.Fatalf("left on the cluster:\n%s", ls)
+	}
+}
