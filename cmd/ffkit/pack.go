@@ -30,6 +30,7 @@ type packFlags struct {
 	align       int64
 	force       bool
 	clean       bool
+	progress    bool
 	cpuProfile  string
 }
 
@@ -93,6 +94,8 @@ stderr is a terminal.`,
 	c.Flags().Lookup("align").DefValue = "auto"
 	c.Flags().BoolVar(&f.force, "force", false, "replace an existing output (a dataset directory is replaced in one step)")
 	c.Flags().BoolVar(&f.clean, "clean", false, "remove what killed packs left beside -o OUT (staging directories), restoring a dataset set aside; takes no SRC")
+	c.Flags().BoolVar(&f.progress, "progress-lines", false, "print 'progress SAMPLES BYTES' lines on stderr (for programs: Python's ffkit.pack)")
+	c.Flags().MarkHidden("progress-lines")
 	c.Flags().StringVar(&f.cpuProfile, "cpuprofile", "", "write a CPU profile here")
 	c.Flags().MarkHidden("cpuprofile")
 	c.MarkFlagRequired("output")
@@ -172,11 +175,22 @@ func runPack(ctx context.Context, src string, f packFlags, shardSizeSet, alignSe
 	}
 	pb := newProgress(total, "pack")
 	bar = pb
+	var last time.Time
+	progress := func(n, b int64) {
+		bar.Set64(b)
+		if f.progress && time.Since(last) > 100*time.Millisecond {
+			last = time.Now()
+			fmt.Fprintf(os.Stderr, "progress %d %d\n", n, b)
+		}
+	}
 	res, err := pack.Pack(ctx, s, f.out, pack.Config{
 		ShardSize: target, Align: align, Workers: f.workers, IndexFormat: f.indexFormat, Force: f.force,
-		Progress: func(_, b int64) { bar.Set64(b) },
+		Progress: progress,
 	})
 	bar.Finish()
+	if err == nil && f.progress {
+		fmt.Fprintf(os.Stderr, "progress %d %d\n", res.Samples, res.DataBytes)
+	}
 	if err != nil {
 		if errors.Is(err, fs.ErrExist) {
 			return usageError{fmt.Errorf("%w (use --force to replace it)", err)}
