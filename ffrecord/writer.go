@@ -9,6 +9,7 @@ import (
 	"io"
 	"os"
 	"path"
+	"slices"
 	"strings"
 	"sync"
 
@@ -607,11 +608,24 @@ func (w *ShardedWriter) WriteFrom(r io.Reader, size int64) error {
 		if w.alone(size) {
 			return w.writeAlone(size, func(cw *Writer) error { return cw.WriteFrom(r, size) })
 		}
-		b := make([]byte, size)
-		if _, err := io.ReadFull(r, b); err != nil {
+		// Read straight into the shard's buffer (after closing the shard
+		// if the sample does not fit), one copy fewer than Write.
+		n := int64(len(w.lens))
+		if n > 0 && dataStart(n+1, w.opts.Align)+int64(len(w.buf))+size > w.opts.TargetSize {
+			if err := w.flush(); err != nil {
+				return err
+			}
+		}
+		at := len(w.buf)
+		w.buf = slices.Grow(w.buf, int(size))[:at+int(size)]
+		if _, err := io.ReadFull(r, w.buf[at:]); err != nil {
+			w.buf = w.buf[:at]
 			return w.fail(errkind.Wrap(errkind.Data, fmt.Errorf("ffrecord: %s: sample %d: reading the source: %w", w.display, w.count, err)))
 		}
-		return w.Write(b)
+		w.lens = append(w.lens, size)
+		w.crcs = append(w.crcs, crc32.Update(0, crcTable, w.buf[at:]))
+		w.count++
+		return nil
 	}
 	return w.streamOne(size, func(cw *Writer) error { return cw.WriteFrom(r, size) })
 }

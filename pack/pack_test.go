@@ -19,6 +19,7 @@ import (
 	"github.com/apache/arrow-go/v18/arrow/array"
 	"github.com/apache/arrow-go/v18/arrow/ipc"
 	"github.com/apache/arrow-go/v18/arrow/memory"
+	"github.com/apache/arrow-go/v18/parquet"
 	"github.com/apache/arrow-go/v18/parquet/pqarrow"
 
 	"github.com/ffkit/ffkit/ffrecord"
@@ -474,4 +475,34 @@ func TestPackCancelPublishesNothing(t *testing.T) {
 	if len(ents) != 1 {
 		t.Fatalf("cancelled pack left %v", ents)
 	}
+}
+
+// A Parquet page larger than arrow-go's default 64 MiB limit (writers put
+// a row group of images in one page) still packs.
+func TestSourceParquetLargePage(t *testing.T) {
+	rng := rand.New(rand.NewPCG(9, 10))
+	dir := t.TempDir()
+	sc := arrow.NewSchema([]arrow.Field{{Name: "img", Type: arrow.BinaryTypes.Binary}}, nil)
+	b := array.NewRecordBuilder(memory.DefaultAllocator, sc)
+	var w want
+	for i := range 70 {
+		v := randBytes(rng, 1<<20)
+		b.Field(0).(*array.BinaryBuilder).Append(v)
+		w.add(fmt.Sprintf("big.parquet:%d", i), v)
+	}
+	rec := b.NewRecordBatch()
+	p := filepath.Join(dir, "big.parquet")
+	f, _ := os.Create(p)
+	props := parquet.NewWriterProperties(parquet.WithDataPageSize(1<<30), parquet.WithDictionaryDefault(false))
+	pw, err := pqarrow.NewFileWriter(sc, f, props, pqarrow.DefaultWriterProps())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := pw.Write(rec); err != nil {
+		t.Fatal(err)
+	}
+	if err := pw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	checkPack(t, p, "parquet", Options{Column: "img"}, w)
 }

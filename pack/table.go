@@ -13,6 +13,7 @@ import (
 	"github.com/apache/arrow-go/v18/arrow/array"
 	"github.com/apache/arrow-go/v18/arrow/ipc"
 	"github.com/apache/arrow-go/v18/arrow/memory"
+	"github.com/apache/arrow-go/v18/parquet"
 	"github.com/apache/arrow-go/v18/parquet/file"
 	"github.com/apache/arrow-go/v18/parquet/pqarrow"
 
@@ -60,12 +61,16 @@ func (t *table) batches(ctx context.Context, fn func(sc *arrow.Schema, col int, 
 	var closeFn func()
 	switch t.format {
 	case "parquet":
-		pr, err := file.NewParquetReader(sr)
+		// Pages of large blobs (a writer may put a whole row group of
+		// images in one page) are data, not an attack: allow up to 2 GiB.
+		props := parquet.NewReaderProperties(memory.DefaultAllocator)
+		props.MaxCompressedPageSize, props.MaxUncompressedPageSize = 2<<30, 2<<30
+		pr, err := file.NewParquetReader(sr, file.WithReadProps(props))
 		if err != nil {
 			return fmt.Errorf("%w: %s: %w", ErrData, t.name, err)
 		}
 		defer pr.Close()
-		fr, err := pqarrow.NewFileReader(pr, pqarrow.ArrowReadProperties{BatchSize: 4096}, memory.DefaultAllocator)
+		fr, err := pqarrow.NewFileReader(pr, pqarrow.ArrowReadProperties{BatchSize: batchRows(pr)}, memory.DefaultAllocator)
 		if err != nil {
 			return fmt.Errorf("%w: %s: %w", ErrData, t.name, err)
 		}
@@ -144,6 +149,23 @@ func (t *table) batches(ctx context.Context, fn func(sc *arrow.Schema, col int, 
 		}
 		return fn(sc, col, next)
 	}
+}
+
+// batchRows sizes record batches at about 16 MiB (from the file's
+// uncompressed size per row), so that neither a table of large blobs nor
+// one of short strings makes batches of extreme sizes.
+func batchRows(pr *file.Reader) int64 {
+	md := pr.MetaData()
+	var bytes, rows int64
+	for i := 0; i < md.NumRowGroups(); i++ {
+		rg := md.RowGroup(i)
+		bytes += rg.TotalByteSize()
+		rows += rg.NumRows()
+	}
+	if rows <= 0 || bytes <= 0 {
+		return 4096
+	}
+	return min(65536, max(16, (16<<20)/max(1, bytes/rows)))
 }
 
 // columnIndex finds the sample column, checking its type; -1 without one.
