@@ -276,7 +276,7 @@ func TestCLIPackClusterSources(t *testing.T) {
 	local := t.TempDir()
 	srcs := filepath.Join(local, "srcs")
 	packSource(t, filepath.Join(srcs, "tree", "sub"), 30, 3000, 't')
-	os.WriteFile(filepath.Join(srcs, "tree", "top.bin"), bytes.Repeat([]byte("x"), 5<<20+3), 0o644)
+	os.WriteFile(filepath.Join(srcs, "tree", "top.bin"), bytes.Repeat([]byte("xyz"), 11<<20+1), 0o644) // 33 MiB + 3: over the old hang
 	var lines []string
 	for i := range 40 {
 		lines = append(lines, fmt.Sprintf(`{"n":%d,"s":"%s"}`, i, strings.Repeat("y", i*50)))

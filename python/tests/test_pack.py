@@ -85,3 +85,20 @@ def test_pack_errors_carry_the_cli_message(tmp_path):
     p.write_bytes(b"\x89PNG\r\n\x1a\nxxxx")
     with pytest.raises(ffkit.errors.UsageError, match="89 50 4e 47"):
         ffkit.pack(p, tmp_path / "o2")
+
+
+def test_filewriter_sample_larger_than_staging(tmp_path):
+    """FileWriter.write_one of a 40 MiB sample hung forever in the local
+    writer (one write reserved more than it may stage); it now streams."""
+    from ffkit.ffrecord import FileWriter
+
+    big = np.random.default_rng(3).integers(0, 256, 40 << 20, dtype=np.uint8).tobytes()
+    p = tmp_path / "big.ffr"
+    with FileWriter(p, 3) as w:
+        w.write_one(b"a")
+        w.write_one(big)
+        w.write_one(b"")
+    r = FileReader(p)
+    got = r.read([0, 1, 2])
+    r.close()
+    assert bytes(got[0]) == b"a" and bytes(got[1]) == big and bytes(got[2]) == b""
