@@ -14,6 +14,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/apache/arrow-go/v18/arrow"
+	"github.com/apache/arrow-go/v18/arrow/array"
+	"github.com/apache/arrow-go/v18/arrow/memory"
+	"github.com/apache/arrow-go/v18/parquet"
+	"github.com/apache/arrow-go/v18/parquet/pqarrow"
+
 	"github.com/ffkit/ffkit/ffrecord"
 )
 
@@ -316,6 +322,8 @@ func TestCLIPackClusterSources(t *testing.T) {
 	writeTarFile(filepath.Join(srcs, "wds", "s-0.tar"), false, wds[:10])
 	writeTarFile(filepath.Join(srcs, "wds", "s-1.tar.gz"), true, wds[10:])
 
+	writeParquet(t, filepath.Join(srcs, "t.parquet"))
+
 	u := startUp(t, t.TempDir())
 	U := u.url
 	u.must(t, "fs", "mkdir", U+"/in")
@@ -329,8 +337,10 @@ func TestCLIPackClusterSources(t *testing.T) {
 		{"a.tar", nil},
 		{"a.tgz", nil},
 		{"wds", []string{"--format", "webdataset"}},
+		{"t.parquet", []string{"--column", "img"}},
+		{"t.parquet", nil},
 	} {
-		name := strings.ReplaceAll(c.src, ".", "_")
+		name := strings.ReplaceAll(c.src, ".", "_") + strings.Join(c.args, "")
 		lo, cl := filepath.Join(local, "lo-"+name), filepath.Join(local, "cl-"+name)
 		u.must(t, append([]string{"pack", filepath.Join(srcs, c.src), "-o", lo, "--shard-size", "1M"}, c.args...)...)
 		u.must(t, append([]string{"pack", U + "/in/srcs/" + c.src, "-o", cl, "--shard-size", "1M"}, c.args...)...)
@@ -382,5 +392,33 @@ func TestCLIPackClusterSources(t *testing.T) {
 	ls := u.must(t, "fs", "ls", U+"/out")
 	if strings.Contains(ls, "ffkit-staging") || strings.Contains(ls, "ffkit-old") {
 		t.Fatalf("left on the cluster:\n%s", ls)
+	}
+}
+
+// writeParquet writes a small Parquet file with a binary column "img".
+func writeParquet(t *testing.T, p string) {
+	t.Helper()
+	sc := arrow.NewSchema([]arrow.Field{{Name: "id", Type: arrow.PrimitiveTypes.Int64}, {Name: "img", Type: arrow.BinaryTypes.Binary}}, nil)
+	b := array.NewRecordBuilder(memory.DefaultAllocator, sc)
+	defer b.Release()
+	for i := range 300 {
+		b.Field(0).(*array.Int64Builder).Append(int64(i))
+		b.Field(1).(*array.BinaryBuilder).Append(bytes.Repeat([]byte{byte(i)}, 1+i*41))
+	}
+	rec := b.NewRecordBatch()
+	defer rec.Release()
+	f, err := os.Create(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pw, err := pqarrow.NewFileWriter(sc, f, parquet.NewWriterProperties(parquet.WithMaxRowGroupLength(100)), pqarrow.DefaultWriterProps())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := pw.Write(rec); err != nil {
+		t.Fatal(err)
+	}
+	if err := pw.Close(); err != nil {
+		t.Fatal(err)
 	}
 }
