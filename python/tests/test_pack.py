@@ -62,6 +62,19 @@ def test_webdataset_shards_pack_into_the_same_dicts(tmp_path):
         assert set(got) == set(fields)
         for ext, v in fields.items():
             assert bytes(got[ext]) == v
+    # the Loader hands back the same dicts, as views of the batch's memory
+    loader = ffkit.Loader(str(tmp_path / "ds"), batch_size=8, shuffle=False, decode="webdataset")
+    got = []
+    for batch in loader:
+        for i, fields in enumerate(batch):
+            assert np.shares_memory(np.frombuffer(fields["jpg"], dtype=np.uint8), batch.data)
+            got.append({k: bytes(v) for k, v in fields.items()})
+            assert set(batch[i]) == set(fields)
+        batch.release()
+    loader.close()
+    assert got == [{k: v for k, v in w.items() if not k.startswith("__")} for w in theirs]
+    with pytest.raises(ffkit.errors.UsageError):
+        ffkit.Loader(str(tmp_path / "ds"), batch_size=8, decode="jpeg")
     # the index names each sample by its key
     index = [json.loads(l) for l in (tmp_path / "ds" / "index.jsonl").read_text().splitlines()]
     assert [e["source"] for e in index] == [w["__key__"] for w in theirs]
