@@ -82,11 +82,18 @@ func readIndexFile(t *testing.T, p string) []IndexEntry {
 // and checks samples, index and determinism.
 func checkPack(t *testing.T, src, format string, o Options, w want) {
 	t.Helper()
+	checkPackRuns(t, src, format, o, w, 2)
+}
+
+// checkPackRuns is checkPack with runs packs per output (1: no
+// determinism check, for large inputs).
+func checkPackRuns(t *testing.T, src, format string, o Options, w want, runs int) {
+	t.Helper()
 	ctx := context.Background()
 	out := t.TempDir()
 	for _, target := range []string{"ds", "one.ffr"} {
 		var hashes []string
-		for run := range 2 {
+		for run := range runs {
 			s, err := Open(ctx, src, o)
 			if err != nil {
 				t.Fatal(err)
@@ -132,7 +139,7 @@ func checkPack(t *testing.T, src, format string, o Options, w want) {
 			}
 			hashes = append(hashes, fmt.Sprintf("%x", h.Sum(nil)))
 		}
-		if hashes[0] != hashes[1] {
+		if runs > 1 && hashes[0] != hashes[1] {
 			t.Fatalf("%s: same inputs, different bytes", target)
 		}
 	}
@@ -442,10 +449,10 @@ func TestPackSampleLargerThanStaging(t *testing.T) {
 		os.WriteFile(filepath.Join(src, name), b, 0o644)
 		w.add(name, b)
 	}
-	checkPack(t, src, "files", Options{}, w)
+	checkPackRuns(t, src, "files", Options{}, w, 1)
 	tgz := filepath.Join(dir, "big.tgz")
 	writeTar(t, tgz, true, w.names, w.samples)
-	checkPack(t, tgz, "tar.gz", Options{}, w)
+	checkPackRuns(t, tgz, "tar.gz", Options{}, w, 1)
 }
 
 // A cancelled context stops a pack and publishes nothing.
@@ -485,7 +492,7 @@ func TestSourceParquetLargePage(t *testing.T) {
 	sc := arrow.NewSchema([]arrow.Field{{Name: "img", Type: arrow.BinaryTypes.Binary}}, nil)
 	b := array.NewRecordBuilder(memory.DefaultAllocator, sc)
 	var w want
-	for i := range 70 {
+	for i := range 65 {
 		v := randBytes(rng, 1<<20)
 		b.Field(0).(*array.BinaryBuilder).Append(v)
 		w.add(fmt.Sprintf("big.parquet:%d", i), v)
@@ -504,5 +511,5 @@ func TestSourceParquetLargePage(t *testing.T) {
 	if err := pw.Close(); err != nil {
 		t.Fatal(err)
 	}
-	checkPack(t, p, "parquet", Options{Column: "img"}, w)
+	checkPackRuns(t, p, "parquet", Options{Column: "img"}, w, 1)
 }
