@@ -142,8 +142,8 @@ func checkOldOrNew(t *testing.T, out string, old, new [][]byte, allowNothing boo
 func TestCLIPackSIGKILLLeavesOldOrNothing(t *testing.T) {
 	dir := t.TempDir()
 	src, src2 := filepath.Join(dir, "src"), filepath.Join(dir, "src2")
-	packSource(t, src, 4000, 1000, 'a')
-	packSource(t, src2, 3000, 1500, 'b')
+	packSource(t, src, 2000, 1000, 'a')
+	packSource(t, src2, 1500, 1500, 'b')
 	first, second := sourceSamples(t, src), sourceSamples(t, src2)
 	out := filepath.Join(dir, "out")
 	shardOnDisk := func() bool {
