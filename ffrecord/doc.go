@@ -58,10 +58,16 @@
 // the bytes the reference writer produces. NewShardedWriter needs no n: it
 // rolls to a new file (PART_00000.ffr, ...) at a target size; given every
 // sample's size in advance (ShardOptions.Sizes) it streams instead of
-// buffering a shard. Both write through fs.FS Create: under a temporary
-// name, synced, renamed into place on success (shards together, when the
-// sharded writer closes), so a crash never leaves a file that opens as a
-// valid but wrong dataset. WriterOptions.Align may start the data on a page
+// buffering a shard; without Sizes, a sample too large to share a shard is
+// streamed, so memory stays bounded by the shard size, not the sample. Both
+// write through fs.FS Create: under a temporary name, synced, renamed into
+// place on success. The sharded writer writes all its shards (and files
+// added with CreateFile) into a hidden staging directory beside the output
+// and publishes it with one directory rename, setting an old dataset aside
+// first (publish.go), so a crash at any point leaves the old dataset, the
+// new one or nothing at the output, never a prefix or a mix; Clean removes
+// what a killed writer left. Samples of any size stream through a bounded
+// staging window; Reserve takes at most MaxReserve bytes. WriterOptions.Align may start the data on a page
 // boundary (not the reference's bytes, read by every reader) so that
 // page-sized samples are single O_DIRECT reads.
 //

@@ -255,12 +255,12 @@ func TestShardedWriterCrashLeavesNoDataset(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	// shards were written (pending) but Close never ran
-	if _, err := Open(ctx, []string{dir}, ReadOptions{}); !errors.Is(err, ErrNoFiles) {
+	// shards were written (staged) but Close never ran: nothing at dir
+	if _, err := Open(ctx, []string{dir}, ReadOptions{}); !errors.Is(err, os.ErrNotExist) {
 		t.Fatalf("open before Close: %v", err)
 	}
 	w.Abort()
-	ents, _ := os.ReadDir(dir)
+	ents, _ := os.ReadDir(filepath.Dir(dir))
 	if len(ents) != 0 {
 		t.Fatalf("left behind: %v", ents)
 	}

@@ -9,10 +9,12 @@ import (
 	"io"
 	"os"
 	"path"
+	"slices"
 	"strings"
 	"sync"
 
 	"github.com/ffkit/ffkit/fs"
+	"github.com/ffkit/ffkit/fs/localfs"
 	"github.com/ffkit/ffkit/internal/errkind"
 )
 
@@ -218,6 +220,11 @@ type reserver interface {
 	Reserve(n int64) ([][]byte, func(), error)
 }
 
+// MaxReserve is the largest sample Reserve takes: the output stages a
+// bounded window, and one reservation must fit in it. Write larger samples
+// with WriteFrom or WriteFromAt, which stream any size.
+const MaxReserve = localfs.MaxReserve
+
 // ErrNoReserve: the output's file system cannot hand out space to fill.
 var ErrNoReserve = errkind.New(errkind.Usage, "ffrecord: this output does not support Reserve")
 
@@ -246,6 +253,9 @@ func (w *Writer) Reserve(size int64) (bufs [][]byte, done func(crc uint32), err 
 	if size < 0 {
 		w.err = fmt.Errorf("%w: %s: sample %d: negative size %d", ErrIndex, w.path, len(w.lengths), size)
 		return nil, nil, w.err
+	}
+	if size > MaxReserve {
+		return nil, nil, fmt.Errorf("%w: %s: sample %d of %d bytes is larger than MaxReserve; write it with WriteFromAt", ErrNoReserve, w.path, len(w.lengths), size)
 	}
 	bufs, release, err := r.Reserve(size)
 	if err != nil {
@@ -380,9 +390,10 @@ type ShardOptions struct {
 	// (up to TargetSize) until it is complete. The files are the same
 	// either way. Write fails on a sample of another length.
 	Sizes []int64
-	// Overwrite replaces *.ffr files already in the directory (the stale
-	// ones are removed at Close). Default: refuse to write into a
-	// directory that holds *.ffr files.
+	// Overwrite replaces a dataset already in the directory (see
+	// publish.go; a directory holding anything but shards and pack's index
+	// is never replaced). Default: refuse unless the directory is missing
+	// or empty.
 	Overwrite bool
 	// Align is WriterOptions.Align for every shard. Default 0: the
 	// reference's layout.
@@ -432,25 +443,28 @@ func PlanShards(sizes []int64, target, align int64) []int64 {
 
 // ShardedWriter writes a directory of FFRecord files without knowing the
 // number of samples in advance, rolling to a new file at a target size.
-// Shards are written under hidden pending names and renamed into place by
-// Close, so a crash leaves no partial dataset that opens as valid.
+// Shards are written into a hidden staging directory beside the output and
+// published by Close with one directory rename (publish.go), so a reader
+// sees the old dataset, the new one or nothing, never a prefix or a mix.
 type ShardedWriter struct {
-	ctx     context.Context
-	fsys    fs.FS
-	dir     string // inside fsys
-	display string
-	opts    ShardOptions
-	plan    []int64 // shard sample counts, with Sizes
+	ctx      context.Context
+	fsys     fs.FS
+	dir      string // inside fsys
+	staging  string // inside fsys: where shards are written; "" once published
+	staging0 string // the staging directory's name, kept after publishing
+	display  string
+	opts     ShardOptions
+	plan     []int64 // shard sample counts, with Sizes
 	// the current shard
 	cur      *Writer // streaming mode
 	buf      []byte  // buffered mode: the shard's samples
 	lens     []int64
 	crcs     []uint32
-	count    int64 // samples written in total
-	pending  []string
-	finals   []string
+	count    int64    // samples written in total
+	shards   []string // paths inside the staging directory
 	err      error
 	finished bool
+	crashed  bool // PublishHookForTesting stopped Close: leave everything as is
 
 	// Full streamed shards are closed (header written, synced, renamed to
 	// their pending name) in the background while the next one fills.
@@ -460,7 +474,9 @@ type ShardedWriter struct {
 	closeErr error          // first error of a background close
 }
 
-// NewShardedWriter starts writing shards into dir (created if missing).
+// NewShardedWriter starts writing shards for the dataset directory dir
+// (see publish.go: they are staged beside dir and published by Close in one
+// rename). Leftovers of killed writers beside dir are cleaned first.
 func NewShardedWriter(ctx context.Context, dir string, opts ShardOptions) (*ShardedWriter, error) {
 	if err := opts.Validate(); err != nil {
 		return nil, err
@@ -472,25 +488,41 @@ func NewShardedWriter(ctx context.Context, dir string, opts ShardOptions) (*Shar
 	if err != nil {
 		return nil, fmt.Errorf("ffrecord: %w", err)
 	}
-	if err := fsys.MkdirAll(ctx, name); err != nil {
-		return nil, fmt.Errorf("ffrecord: create directory %s: %w", dir, err)
+	name = path.Clean(name)
+	if _, err := clean(ctx, fsys, name, dir); err != nil {
+		return nil, err
 	}
-	if !opts.Overwrite {
-		ents, err := fsys.List(ctx, name)
-		if err != nil {
-			return nil, fmt.Errorf("ffrecord: list %s: %w", dir, err)
-		}
-		for _, e := range ents {
-			if !e.IsDir && strings.HasSuffix(e.Name, ".ffr") {
-				return nil, fmt.Errorf("%w: %s already holds %s; remove it or overwrite", fs.ErrExist, dir, e.Name)
-			}
-		}
+	if _, err := checkReplaceable(ctx, fsys, name, dir, opts.Overwrite); err != nil {
+		return nil, err
 	}
-	w := &ShardedWriter{ctx: ctx, fsys: fsys, dir: name, display: dir, opts: opts, closers: make(chan struct{}, 2)}
+	staging := sideName(name, stagingTag)
+	setActive(staging, true)
+	if err := fsys.MkdirAll(ctx, staging); err != nil {
+		setActive(staging, false)
+		return nil, fmt.Errorf("ffrecord: create staging directory for %s: %w", dir, err)
+	}
+	w := &ShardedWriter{ctx: ctx, fsys: fsys, dir: name, staging: staging, staging0: staging, display: dir, opts: opts, closers: make(chan struct{}, 2)}
 	if opts.Sizes != nil {
 		w.plan = PlanShards(opts.Sizes, opts.TargetSize, opts.Align)
 	}
 	return w, nil
+}
+
+// CreateFile starts a file named name (a base name) inside the dataset: it
+// is written into the staging directory and published with the shards.
+// Commit it before Close.
+func (w *ShardedWriter) CreateFile(name string) (fs.Writer, error) {
+	if w.finished || w.staging == "" {
+		return nil, fmt.Errorf("ffrecord: %s: CreateFile after Close", w.display)
+	}
+	if name == "" || strings.ContainsRune(name, '/') || strings.HasSuffix(name, ".ffr") {
+		return nil, fmt.Errorf("ffrecord: %s: CreateFile %q: want a plain name that is not a shard", w.display, name)
+	}
+	fw, err := w.fsys.Create(w.ctx, path.Join(w.staging, name))
+	if err != nil {
+		return nil, fmt.Errorf("ffrecord: %s: create %s: %w", w.display, name, err)
+	}
+	return fw, nil
 }
 
 // Write appends the next sample.
@@ -511,6 +543,9 @@ func (w *ShardedWriter) WriteCRC(b []byte, crc uint32) error {
 		return w.writeStreaming(b, crc)
 	}
 	s := int64(len(b))
+	if w.alone(s) {
+		return w.writeAlone(s, func(cw *Writer) error { return cw.writeOne(b, crc) })
+	}
 	n := int64(len(w.lens))
 	if n > 0 && dataStart(n+1, w.opts.Align)+int64(len(w.buf))+s > w.opts.TargetSize {
 		if err := w.flush(); err != nil {
@@ -520,6 +555,34 @@ func (w *ShardedWriter) WriteCRC(b []byte, crc uint32) error {
 	w.buf = append(w.buf, b...)
 	w.lens = append(w.lens, s)
 	w.crcs = append(w.crcs, crc)
+	w.count++
+	return nil
+}
+
+// alone reports whether a sample of size bytes is a shard of its own
+// whatever follows (not even an empty sample fits beside it), so that the
+// buffered mode can stream it instead of holding it in memory.
+func (w *ShardedWriter) alone(size int64) bool {
+	return dataStart(2, w.opts.Align)+size > w.opts.TargetSize
+}
+
+// writeAlone writes the buffered shard, then one shard holding only the
+// next sample, written by write.
+func (w *ShardedWriter) writeAlone(size int64, write func(*Writer) error) error {
+	if err := w.flush(); err != nil {
+		return err
+	}
+	cw, err := w.startShard(len(w.shards), 1)
+	if err != nil {
+		return w.fail(err)
+	}
+	if err := write(cw); err != nil {
+		cw.Abort()
+		return w.fail(err)
+	}
+	if err := cw.Close(); err != nil {
+		return w.fail(err)
+	}
 	w.count++
 	return nil
 }
@@ -539,14 +602,30 @@ func (w *ShardedWriter) WriteFrom(r io.Reader, size int64) error {
 		return w.err
 	}
 	if w.plan == nil {
-		if size < 0 || size > 1<<40 {
+		if size < 0 {
 			return w.fail(fmt.Errorf("%w: %s: sample %d: bad size %d", ErrIndex, w.display, w.count, size))
 		}
-		b := make([]byte, size)
-		if _, err := io.ReadFull(r, b); err != nil {
+		if w.alone(size) {
+			return w.writeAlone(size, func(cw *Writer) error { return cw.WriteFrom(r, size) })
+		}
+		// Read straight into the shard's buffer (after closing the shard
+		// if the sample does not fit), one copy fewer than Write.
+		n := int64(len(w.lens))
+		if n > 0 && dataStart(n+1, w.opts.Align)+int64(len(w.buf))+size > w.opts.TargetSize {
+			if err := w.flush(); err != nil {
+				return err
+			}
+		}
+		at := len(w.buf)
+		w.buf = slices.Grow(w.buf, int(size))[:at+int(size)]
+		if _, err := io.ReadFull(r, w.buf[at:]); err != nil {
+			w.buf = w.buf[:at]
 			return w.fail(errkind.Wrap(errkind.Data, fmt.Errorf("ffrecord: %s: sample %d: reading the source: %w", w.display, w.count, err)))
 		}
-		return w.Write(b)
+		w.lens = append(w.lens, size)
+		w.crcs = append(w.crcs, crc32.Update(0, crcTable, w.buf[at:]))
+		w.count++
+		return nil
 	}
 	return w.streamOne(size, func(cw *Writer) error { return cw.WriteFrom(r, size) })
 }
@@ -616,7 +695,7 @@ func (w *ShardedWriter) streamOne(size int64, write func(*Writer) error) error {
 		}()
 	}
 	if w.cur == nil {
-		shard := len(w.pending)
+		shard := len(w.shards)
 		cw, err := w.startShard(shard, w.plan[shard])
 		if err != nil {
 			return w.fail(err)
@@ -631,14 +710,12 @@ func (w *ShardedWriter) streamOne(size int64, write func(*Writer) error) error {
 }
 
 func (w *ShardedWriter) startShard(i int, n int64) (*Writer, error) {
-	final := path.Join(w.dir, ShardName(i))
-	pending := path.Join(w.dir, "."+ShardName(i)+".pending")
-	cw, err := create(w.ctx, w.fsys, pending, fs.Join(w.display, ShardName(i)), n, w.opts.Align)
+	p := path.Join(w.staging, ShardName(i))
+	cw, err := create(w.ctx, w.fsys, p, fs.Join(w.display, ShardName(i)), n, w.opts.Align)
 	if err != nil {
 		return nil, err
 	}
-	w.pending = append(w.pending, pending)
-	w.finals = append(w.finals, final)
+	w.shards = append(w.shards, p)
 	return cw, nil
 }
 
@@ -670,7 +747,7 @@ func (w *ShardedWriter) flush() error {
 	if n == 0 {
 		return nil
 	}
-	cw, err := w.startShard(len(w.pending), n)
+	cw, err := w.startShard(len(w.shards), n)
 	if err != nil {
 		return w.fail(err)
 	}
@@ -705,7 +782,7 @@ func (w *ShardedWriter) Close() ([]string, error) {
 		w.fail(fmt.Errorf("%w: %s: %d sizes given, %d samples written", ErrIndex, w.display, len(w.opts.Sizes), w.count))
 	}
 	if w.err == nil && w.plan == nil {
-		if len(w.lens) > 0 || len(w.pending) == 0 {
+		if len(w.lens) > 0 || len(w.shards) == 0 {
 			if len(w.lens) == 0 {
 				// an empty dataset: one header-only shard
 				cw, err := w.startShard(0, 0)
@@ -738,36 +815,23 @@ func (w *ShardedWriter) Close() ([]string, error) {
 		w.abort()
 		return nil, w.err
 	}
-	// Publish: rename pending shards into place, then drop stale shards
-	// of an earlier run.
-	for i, p := range w.pending {
-		if err := w.fsys.Rename(w.ctx, p, w.finals[i]); err != nil {
-			w.fail(fmt.Errorf("ffrecord: publish %s: %w", w.finals[i], err))
-			w.abort()
-			return nil, w.err
-		}
+	err := w.publish()
+	setActive(w.staging0, false)
+	if err != nil {
+		var stop hookStop
+		w.crashed = errors.As(err, &stop) // as a crash at that step would leave it
+		w.fail(err)
+		w.abort()
+		return nil, w.err
 	}
-	keep := map[string]bool{}
-	for i := range w.finals {
-		keep[ShardName(i)] = true
-	}
-	if ents, err := w.fsys.List(w.ctx, w.dir); err == nil {
-		for _, e := range ents {
-			if !e.IsDir && strings.HasSuffix(e.Name, ".ffr") && !keep[e.Name] {
-				if err := w.fsys.Remove(w.ctx, path.Join(w.dir, e.Name)); err != nil {
-					return nil, w.fail(fmt.Errorf("ffrecord: remove stale shard %s: %w", e.Name, err))
-				}
-			}
-		}
-	}
-	out := make([]string, len(w.finals))
-	for i := range w.finals {
+	out := make([]string, len(w.shards))
+	for i := range w.shards {
 		out[i] = fs.Join(w.display, ShardName(i))
 	}
 	return out, nil
 }
 
-// Abort abandons the dataset: pending shards are removed, nothing is published.
+// Abort abandons the dataset: the staging directory is removed, nothing is published.
 func (w *ShardedWriter) Abort() {
 	if w.finished {
 		return
@@ -783,7 +847,9 @@ func (w *ShardedWriter) abort() {
 		w.cur.Abort()
 		w.cur = nil
 	}
-	for _, p := range w.pending {
-		w.fsys.Remove(w.ctx, p)
+	if w.staging != "" && !w.crashed {
+		removeAll(w.ctx, w.fsys, w.staging)
+		w.staging = ""
 	}
+	setActive(w.staging0, false)
 }

@@ -117,6 +117,10 @@ func TestCLIPackDirMatchesReference(t *testing.T) {
 		t.Fatalf("pack --json: %v", res)
 	}
 	first := sha(t, filepath.Join(ds, "PART_00001.ffr"))
+	csv, _ := os.ReadFile(filepath.Join(ds, "index.csv"))
+	if !strings.HasPrefix(string(csv), "index,file,local,source,size\n0,PART_00000.ffr,0,a0,8\n") {
+		t.Fatalf("csv index:\n%s", csv)
+	}
 	ffrMust(t, 0, "pack", src, "-o", ds, "--shard-size", "200", "--force")
 	if sha(t, filepath.Join(ds, "PART_00001.ffr")) != first {
 		t.Fatal("same input, different bytes")
@@ -131,10 +135,6 @@ func TestCLIPackDirMatchesReference(t *testing.T) {
 	ffrMust(t, 0, "pack", src, "-o", ds0, "--align", "0")
 	if sha(t, filepath.Join(ds0, "PART_00000.ffr")) != "b4aea7cbe0c9a1b4358360e0f4b4f881ea35d430fcca2cae33c81ee85f47374b" {
 		t.Fatal("--align 0 shard of the same samples is not the reference's bytes")
-	}
-	csv, _ := os.ReadFile(filepath.Join(ds, "index.csv"))
-	if !strings.HasPrefix(string(csv), "index,file,local,source,size\n0,PART_00000.ffr,0,a0,8\n") {
-		t.Fatalf("csv index:\n%s", csv)
 	}
 	// cat the whole dataset back
 	r = ffrMust(t, 0, "cat", ds, "0:10")

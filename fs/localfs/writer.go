@@ -30,12 +30,26 @@ import (
 // chunks, for other goroutines to fill (pack reads many sources at once
 // straight into their places); a chunk is written once it is full and every
 // reservation in it has been released. At most maxLive chunks are staged.
+//
+// A write of any size is staged a window (at most copyWindow bytes) at a
+// time: a chunk is written back only once nothing in it is still reserved,
+// so one reservation of more than maxLive chunks would wait for itself
+// forever. Reserve therefore refuses more than MaxReserve bytes; Write,
+// ReadFrom and CopyFromAt take any length.
 const (
 	writeChunk = 4 << 20
 	writeDepth = 4
 	allocStep  = 64 << 20
 	maxLive    = 8 // 32 MiB staged per writer at most
+	copyWindow = 4 * writeChunk
 )
+
+// MaxReserve is the largest reservation Reserve hands out: with other
+// reservations outstanding it still spans fewer than maxLive chunks.
+const MaxReserve = copyWindow
+
+// ErrReserveTooLarge: a Reserve of more than MaxReserve bytes.
+var ErrReserveTooLarge = errors.New("localfs: reservation larger than MaxReserve; write the bytes with Write or CopyFromAt")
 
 var chunkPool = sync.Pool{New: func() any { b := AlignedBuffer(writeChunk); return &b }}
 
@@ -207,6 +221,9 @@ func (w *writer) Reserve(n int64) (bufs [][]byte, release func(), err error) {
 	if n <= 0 {
 		return nil, func() {}, w.failed()
 	}
+	if n > MaxReserve {
+		return nil, nil, fmt.Errorf("%w (%d bytes)", ErrReserveTooLarge, n)
+	}
 	ps, err := w.take(n)
 	if err != nil {
 		return nil, nil, err
@@ -223,15 +240,18 @@ func (w *writer) Write(p []byte) (int, error) {
 	if len(p) == 0 {
 		return 0, w.failed()
 	}
-	ps, err := w.take(int64(len(p)))
-	if err != nil {
-		return 0, err
-	}
 	n := 0
-	for _, pc := range ps {
-		n += copy(pc.buf, p[n:])
+	for n < len(p) { // a window at a time: see MaxReserve
+		k := min(len(p)-n, copyWindow)
+		ps, err := w.take(int64(k))
+		if err != nil {
+			return n, err
+		}
+		for _, pc := range ps {
+			n += copy(pc.buf, p[n:])
+		}
+		w.release(ps)
 	}
-	w.release(ps)
 	return n, w.failed()
 }
 
@@ -287,18 +307,24 @@ func (w *writer) CopyFromAt(r io.ReaderAt, off, n int64, tee io.Writer, par int)
 	if n <= 0 {
 		return 0, w.failed()
 	}
-	bufs, release, err := w.Reserve(n)
-	if err != nil {
-		return 0, err
-	}
-	defer release()
-	if err := ReadAtInto(r, off, bufs, par); err != nil {
-		return 0, w.setErr(fmt.Errorf("reading the source: %w", err))
-	}
-	if tee != nil {
-		for _, b := range bufs {
-			tee.Write(b)
+	var done int64
+	for done < n { // a window at a time: see MaxReserve
+		k := min(n-done, copyWindow)
+		bufs, release, err := w.Reserve(k)
+		if err != nil {
+			return done, err
 		}
+		err = ReadAtInto(r, off+done, bufs, par)
+		if err == nil && tee != nil {
+			for _, b := range bufs {
+				tee.Write(b)
+			}
+		}
+		release()
+		if err != nil {
+			return done, w.setErr(fmt.Errorf("reading the source at byte %d: %w", off+done, err))
+		}
+		done += k
 	}
 	return n, nil
 }

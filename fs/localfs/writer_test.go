@@ -215,3 +215,76 @@ func fill(j struct {
 	}
 	j.release()
 }
+
+// One write larger than everything the writer may stage (maxLive chunks)
+// used to hang forever in take: the write reserved all its bytes at once
+// and its own chunks could never be written back. Write and CopyFromAt now
+// stage a window at a time; Reserve refuses what could not be staged.
+func TestWriterSampleLargerThanStaging(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	size := maxLive*writeChunk + writeChunk/2 + 7 // 34 MiB + 7
+	want := make([]byte, size)
+	rng := rand.New(rand.NewPCG(5, 6))
+	for i := range want {
+		want[i] = byte(rng.Uint32())
+	}
+	src := filepath.Join(dir, "src")
+	if err := os.WriteFile(src, want, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	sf, err := os.Open(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sf.Close()
+	for _, how := range []string{"write", "copy"} {
+		p := filepath.Join(dir, how)
+		w, err := New().Create(ctx, p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := w.Write([]byte("head")); err != nil { // unaligned start
+			t.Fatal(err)
+		}
+		switch how {
+		case "write":
+			_, err = w.Write(want)
+		case "copy":
+			_, err = w.(*writer).CopyFromAt(sf, 0, int64(size), nil, 4)
+		}
+		if err != nil {
+			t.Fatalf("%s: %v", how, err)
+		}
+		if err := w.Commit(); err != nil {
+			t.Fatal(err)
+		}
+		got, err := os.ReadFile(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if string(got[:4]) != "head" || !bytes.Equal(got[4:], want) {
+			t.Fatalf("%s: %d bytes back, want %d and the same bytes", how, len(got), size+4)
+		}
+	}
+	w, err := New().Create(ctx, filepath.Join(dir, "reserve"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	if _, _, err := w.(*writer).Reserve(MaxReserve + 1); err == nil {
+		t.Fatal("Reserve past MaxReserve accepted")
+	}
+	bufs, release, err := w.(*writer).Reserve(MaxReserve)
+	if err != nil {
+		t.Fatalf("Reserve(MaxReserve): %v", err)
+	}
+	var n int
+	for _, b := range bufs {
+		n += len(b)
+	}
+	release()
+	if n != MaxReserve {
+		t.Fatalf("reserved %d bytes, want %d", n, MaxReserve)
+	}
+}

@@ -8,6 +8,9 @@ samples land in shared memory that numpy views without copying.
   FileWriter, PackedFolder; ``ffkit.ffrecord.torch``; ``ffkit.ffrecord.utils``).
 - ``ffkit.Loader``: shuffled, rank-sharded, resumable batches as numpy views.
 - ``ffkit.torch``: PyTorch integration (imports torch; ``import ffkit`` does not).
+- ``ffkit.pack``: pack a directory, JSON Lines, tar, WebDataset, Parquet or
+  Arrow source into FFRecord; ``ffkit.decode_webdataset`` splits a packed
+  WebDataset sample into ``{ext: bytes}`` without copying.
 - ``ffkit.scan``: Parquet scans (filter, project, aggregate, SQL) into a
   pyarrow Table mapped from shared memory (needs pyarrow).
 """
@@ -24,6 +27,20 @@ def scan(inputs, **options):
     return _scan(inputs, **options)
 
 
+def pack(src, out, **options):
+    """Packs a source into FFRecord (see ``ffkit._pack.pack``)."""
+    from ._pack import pack as _pack
+
+    return _pack(src, out, **options)
+
+
+def decode_webdataset(sample):
+    """Splits a packed WebDataset sample (see ``ffkit._pack.decode_webdataset``)."""
+    from ._pack import decode_webdataset as _decode
+
+    return _decode(sample)
+
+
 def __getattr__(name):
     # Lazy, so that `import ffkit` stays light and never imports torch.
     if name == "Loader":
@@ -37,4 +54,4 @@ def __getattr__(name):
     raise AttributeError(f"module 'ffkit' has no attribute {name!r}")
 
 
-__all__ = ["Loader", "scan", "errors", "ffrecord", "FFKitError", "DataError", "ChecksumError"]
+__all__ = ["Loader", "scan", "pack", "decode_webdataset", "errors", "ffrecord", "FFKitError", "DataError", "ChecksumError"]

@@ -96,9 +96,10 @@ class Batch:
     the end repeating earlier samples to balance ranks).
     """
 
-    __slots__ = ("indices", "epoch", "step", "padded", "_pos", "_buf", "_fin", "_samples", "_grid", "__weakref__")
+    __slots__ = ("indices", "epoch", "step", "padded", "_pos", "_buf", "_fin", "_samples", "_grid", "_decode",
+                 "__weakref__")
 
-    def __init__(self, indices, epoch, step, padded, pos, buf, fin, grid=0):
+    def __init__(self, indices, epoch, step, padded, pos, buf, fin, grid=0, decode=None):
         self.indices = indices
         self.epoch = epoch
         self.step = step
@@ -108,6 +109,7 @@ class Batch:
         self._fin = fin
         self._samples = None
         self._grid = grid  # L: every sample is L bytes at a multiple of L (0: not so)
+        self._decode = decode  # applied to each sample view (Loader's decode=)
 
     def __len__(self):
         return len(self.indices)
@@ -116,6 +118,8 @@ class Batch:
         if self._buf is None:
             raise ValueError("batch was released")
         s, e = self._pos[i]
+        if self._decode is not None:
+            return self._decode(self._buf[s:e])
         return self._buf[s:e]
 
     @property
@@ -125,6 +129,8 @@ class Batch:
             if self._buf is None:
                 raise ValueError("batch was released")
             self._samples = _views(self._buf, self._pos, self._grid)
+            if self._decode is not None:
+                self._samples = [self._decode(v) for v in self._samples]
         return self._samples
 
     def __iter__(self):
@@ -182,6 +188,17 @@ class Batch:
         return f"Batch(epoch={self.epoch}, step={self.step}, n={len(self)})"
 
 
+def _decoder(name):
+    """The per-sample decode function for Loader's decode= (None: none)."""
+    if name is None:
+        return None
+    if name == "webdataset":
+        from ._pack import decode_webdataset
+
+        return decode_webdataset
+    raise errors.UsageError(f"ffkit: decode must be None or 'webdataset', got {name!r}")
+
+
 class Loader:
     """Batches of one rank's share of an FFRecord dataset.
 
@@ -206,11 +223,17 @@ class Loader:
             socket but you have not taken yet (default 2). The engine streams
             batches as they are ready; you give them back through a release
             board in the shared memory, so a batch costs no request.
+        decode: None (samples are uint8 views), or "webdataset": each sample
+            (packed with ``ffkit pack --format webdataset``) is a dict
+            ``{ext: memoryview}`` of views into the batch's memory, no copy
+            (see ``ffkit.decode_webdataset``).
     """
 
     def __init__(self, path, batch_size, shuffle=True, seed=0, rank=None, world_size=None, drop_last=False,
                  prefetch=4, check_data=True, hold=2, memory_budget=None, workers=None, skip_bad=False,
-                 direct=False, block_size=0, ahead=2):
+                 direct=False, block_size=0, ahead=2, decode=None):
+        self._decode_name = decode
+        self._decode = _decoder(decode)
         rank, world_size = _dist_defaults(rank, world_size)
         self.paths = _paths(path)
         self.batch_size = int(batch_size)
@@ -469,7 +492,7 @@ class Loader:
         self._handed += 1
         self._live.add(slot)
         self._state = state
-        return Batch(indices, epoch, step, padded, pos, buf, fin, grid)
+        return Batch(indices, epoch, step, padded, pos, buf, fin, grid, self._decode)
 
     def __iter__(self):
         epoch = self._epoch
@@ -557,12 +580,14 @@ class Loader:
     def __getstate__(self):
         return {"open": self._open_header, "state": self._state, "epoch": self._epoch,
                 "batch_size": self.batch_size, "hold": self.hold, "paths": self.paths,
-                "rank": self.rank, "world_size": self.world_size}
+                "rank": self.rank, "world_size": self.world_size, "decode": self._decode_name}
 
     def __setstate__(self, st):
         self._open_header = st["open"]
         self.paths, self.batch_size, self.hold = st["paths"], st["batch_size"], st["hold"]
         self.rank, self.world_size = st["rank"], st["world_size"]
+        self._decode_name = st.get("decode")
+        self._decode = _decoder(self._decode_name)
         self._eng = self._hid = None
         self._gen = 0
         self._lock = threading.RLock()
