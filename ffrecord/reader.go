@@ -423,3 +423,60 @@ func (r *Reader) Stats() Stats {
 	}
 	return s
 }
+
+// LargestSamples returns the lengths of the k largest samples, largest
+// first (fewer when the dataset has fewer): what a caller sizing buffers
+// for batches of k samples must be ready for.
+func (r *Reader) LargestSamples(k int) []int64 {
+	if k <= 0 {
+		return nil
+	}
+	h := make(minHeap, 0, min(int64(k), r.n))
+	for _, f := range r.files {
+		for i := range f.h.n {
+			l := f.h.end(i) - f.h.offsets[i]
+			if len(h) < k {
+				h.push(l)
+			} else if l > h[0] {
+				h[0] = l
+				h.down(0)
+			}
+		}
+	}
+	slices.Sort(h)
+	slices.Reverse(h)
+	return h
+}
+
+// minHeap is a binary min-heap of lengths.
+type minHeap []int64
+
+func (h *minHeap) push(v int64) {
+	*h = append(*h, v)
+	s := *h
+	for i := len(s) - 1; i > 0; {
+		p := (i - 1) / 2
+		if s[p] <= s[i] {
+			break
+		}
+		s[p], s[i] = s[i], s[p]
+		i = p
+	}
+}
+
+func (h minHeap) down(i int) {
+	for {
+		c := 2*i + 1
+		if c >= len(h) {
+			return
+		}
+		if c+1 < len(h) && h[c+1] < h[c] {
+			c++
+		}
+		if h[i] <= h[c] {
+			return
+		}
+		h[i], h[c] = h[c], h[i]
+		i = c
+	}
+}

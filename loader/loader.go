@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -1011,4 +1012,29 @@ func (l *Loader) Close() error {
 		}
 	}
 	return first
+}
+
+// MaxBatchBytes is the memory the largest possible batch takes: the
+// BatchSize largest samples of the datasets (repeated when a batch is
+// larger than the datasets), rounded as the arena allocates. A memory
+// budget below it cannot be kept.
+func (l *Loader) MaxBatchBytes() int64 {
+	k := l.opts.BatchSize
+	var lens []int64
+	for _, r := range l.readers {
+		lens = append(lens, r.LargestSamples(k)...)
+	}
+	if len(lens) == 0 {
+		return 0
+	}
+	slices.Sort(lens)
+	slices.Reverse(lens)
+	var total int64
+	for i := 0; i < k; i++ {
+		total += lens[i%len(lens)]
+	}
+	if a, ok := l.arena.(allocSizer); ok {
+		total = a.AllocSize(total)
+	}
+	return total
 }

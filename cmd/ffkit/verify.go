@@ -68,7 +68,7 @@ with a warning), 1 when anything is wrong.`,
 			return nil
 		},
 	}
-	c.Flags().IntVar(&workers, "workers", 4, "reads in flight")
+	c.Flags().IntVar(&workers, "workers", 4, "bounds the sample reads in flight (at least 1)")
 	c.Flags().BoolVar(&direct, "direct", false, "read with O_DIRECT (bypass the page cache)")
 	return c
 }
