@@ -42,6 +42,10 @@ func RegisterLocal(f FS) {
 // ErrBadPath: a path or URL that cannot be resolved.
 var ErrBadPath = errkind.New(errkind.Usage, "fs: bad path")
 
+// ClusterScheme is the scheme of ffkit cluster URLs, whose authority is
+// one or more mgmtd addresses HOST:PORT (checked by ParseAuthority).
+const ClusterScheme = "ffkit"
+
 // IsURL reports whether p names a file system by URL (scheme://...).
 func IsURL(p string) bool {
 	i := strings.Index(p, "://")
@@ -62,8 +66,13 @@ func SplitURL(u string) (scheme, authority, path string, err error) {
 	} else {
 		authority, path = rest[:j], rest[j:]
 	}
-	if _, err := ParseAuthority(authority); err != nil {
-		return "", "", "", fmt.Errorf("%w (in %q)", err, u)
+	if authority == "" {
+		return "", "", "", fmt.Errorf("%w: %q has no host:port", ErrBadPath, u)
+	}
+	if scheme == ClusterScheme {
+		if _, err := ParseAuthority(authority); err != nil {
+			return "", "", "", fmt.Errorf("%w (in %q)", err, u)
+		}
 	}
 	return scheme, authority, path, nil
 }

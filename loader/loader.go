@@ -118,8 +118,10 @@ func New(readers []*ffrecord.Reader, opts Options) (*Loader, error) {
 func readOptions(o *Options) ffrecord.ReadOptions {
 	o.fill()
 	warn := o.Log
+	// Under the Skip policy a damaged file does not stop the dataset: its
+	// unreadable samples are skipped like bad samples.
 	return ffrecord.ReadOptions{Direct: o.Direct, NoVerify: o.NoVerify, Parallelism: o.Workers, MaxInFlight: o.MaxInFlight,
-		MergeGap: o.MergeGap, Warn: func(s string) { warn("ffrecord: warning: " + s) }}
+		MergeGap: o.MergeGap, Warn: func(s string) { warn("ffrecord: warning: " + s) }, AllowDamaged: o.BadSamples == Skip}
 }
 
 // datasetFingerprint is what State.Dataset holds.
@@ -182,6 +184,12 @@ func newLoader(readers []*ffrecord.Reader, opts Options, owned bool) (*Loader, e
 	l.pos = position{epoch: opts.StartEpoch}
 	l.endEpoch = l.epochEnd(opts.StartEpoch)
 	l.bad.m = map[sampleKey]bool{}
+	for src, r := range readers {
+		for _, d := range r.Damaged() {
+			l.opts.Log(fmt.Sprintf("loader: %s of dataset %d is damaged: its samples %d..%d (%d of %d) will be skipped like bad samples: %v",
+				d.Path, src, d.First+d.Readable, d.First+d.Samples-1, d.Samples-d.Readable, d.Samples, d.Err))
+		}
+	}
 	return l, nil
 }
 

@@ -89,7 +89,7 @@ func parseClusterURL(u string) (authority string, addrs []string, err error) {
 		if err != nil {
 			return "", nil, err
 		}
-		if scheme != "ffkit" {
+		if scheme != fs.ClusterScheme {
 			return "", nil, usagef("%q is not a cluster URL: want ffkit://HOST:PORT", u)
 		}
 		rest = auth
