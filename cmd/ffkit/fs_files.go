@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"path"
 	"path/filepath"
@@ -434,8 +435,8 @@ type dfTarget struct {
 	// Used is the bytes of chunk data the target holds (committed).
 	Used int64 `json:"used_bytes"`
 	Free int64 `json:"free_bytes"`
-	// UsePct is the file system's fill, 100*(capacity-free)/capacity, as
-	// df(1) shows it (the disk may hold more than ffkit's chunks).
+	// UsePct is the file system's fill as df(1) computes it: used / (used + free),
+	// the whole file system's use, not only ffkit's chunks.
 	UsePct float64 `json:"use_pct"`
 	FS     string  `json:"fs,omitempty"`
 	// AgeSec is how old the report is (seconds); -1 if none was received.
@@ -461,11 +462,14 @@ func newFSDfCmd() *cobra.Command {
 		Short: "Show the capacity and use of every storage target of a cluster",
 		Long: `Show, for every storage target: its id, node, chain, state, the capacity of
 its file system, the bytes its chunks use, the bytes free, and the file
-system's use% (100*(capacity-free)/capacity, as df(1)); then the totals.
+system's use% (df(1)'s: used / (used + available)); then the totals.
 Storage services measure their targets (statfs) and report them to mgmtd in
 every heartbeat, so the figures are at most a heartbeat old. Total capacity
-and free count each file system once (targets sharing a disk report the same
-one); total used sums the targets (every replica counts). The file count and
+and free count each file system once (targets on one host sharing a disk,
+whether one storage process or several serve them); total used sums the
+targets' chunk data (every replica counts). USE% is df(1)'s: the file
+system's used blocks over used plus available, rounded up; a mount of the
+cluster reports the same capacity and free space to df(1). The file count and
 logical bytes come from the metadata (published files).
 With --json: {"cluster","files","bytes","capacity_bytes","used_bytes",
 "free_bytes","use_pct","targets":[{"target","node","addr","chain","state",
@@ -519,7 +523,7 @@ func dfPct(capacity int64, pct float64) string {
 	if capacity <= 0 {
 		return "-"
 	}
-	return fmt.Sprintf("%.0f%%", pct)
+	return fmt.Sprintf("%.0f%%", math.Ceil(pct))
 }
 
 // dfHuman formats n bytes with a binary unit (B, KiB, MiB, GiB, TiB).
@@ -595,9 +599,11 @@ func diskUse(ctx context.Context, f *clusterfs.FS) (*dfReport, error) {
 		if u, ok := space[id]; ok {
 			t.Capacity, t.Used, t.Free, t.FS = u.Capacity, u.Used, u.Free, u.FS
 			t.AgeSec = time.Since(time.Unix(0, u.Reported)).Seconds()
-			if t.Capacity > 0 {
-				t.UsePct = 100 * float64(t.Capacity-t.Free) / float64(t.Capacity)
+			fsUsed := u.FSUsed
+			if fsUsed <= 0 {
+				fsUsed = u.Capacity - u.Free
 			}
+			t.UsePct = dfUsePct(fsUsed, u.Free)
 		}
 		return t
 	}
@@ -614,25 +620,22 @@ func diskUse(ctx context.Context, f *clusterfs.FS) (*dfReport, error) {
 		}
 	}
 	sort.SliceStable(rep.Targets, func(i, j int) bool { return rep.Targets[i].Chain < rep.Targets[j].Chain })
-	type fsKey struct {
-		node proto.NodeID
-		fs   string
-	}
-	seen := map[fsKey]bool{}
 	for _, t := range rep.Targets {
 		rep.Used += t.Used
-		k := fsKey{t.Node, t.FS}
-		if t.FS == "" {
-			k.fs = fmt.Sprintf("target-%d", t.ID) // unknown: count it alone
-		}
-		if t.Capacity > 0 && !seen[k] {
-			seen[k] = true
-			rep.Capacity += t.Capacity
-			rep.Free += t.Free
-		}
 	}
-	if rep.Capacity > 0 {
-		rep.UsePct = 100 * float64(rep.Capacity-rep.Free) / float64(rep.Capacity)
-	}
+	// Each file system once, as the mount's statfs reports it.
+	sum := clusterfs.SumSpace(r, st.Targets)
+	rep.Capacity, rep.Free = sum.Total, sum.Free
+	rep.UsePct = dfUsePct(sum.Used, sum.Free)
 	return rep, nil
+}
+
+// dfUsePct is df(1)'s use%: used / (used + available), where used counts
+// the file system's blocks in use and the reserved blocks count in neither.
+// df rounds it up; dfPct prints it so.
+func dfUsePct(used, avail int64) float64 {
+	if used+avail <= 0 {
+		return 0
+	}
+	return 100 * float64(used) / float64(used+avail)
 }
