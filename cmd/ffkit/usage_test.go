@@ -181,3 +181,26 @@ func TestCLILoadShufflesByDefault(t *testing.T) {
 		t.Fatalf("--shuffle --no-shuffle: exit %d", r.code)
 	}
 }
+
+func TestCLIScanSQLErrorShowsTheUsersQuery(t *testing.T) {
+	pq := usageParquet(t)
+	for _, c := range []struct{ query, line string }{
+		{"SELEC 1", "LINE 1: SELEC 1"},
+		{"SELECT nope FROM input", "LINE 1: SELECT nope FROM input"},
+	} {
+		_, stderr, code := runCLI(t, nil, "scan", pq, "-o", filepath.Join(t.TempDir(), "o"), "--sql", c.query)
+		if code != 2 || !strings.Contains(stderr, c.line) || strings.Contains(stderr, "COPY") || strings.Contains(stderr, "result.parquet") {
+			t.Fatalf("--sql %q: exit %d, want 2 quoting %q without ffkit's rewrite:\n%s", c.query, code, c.line, stderr)
+		}
+		// The caret points into the query as written.
+		lines := strings.Split(stderr, "\n")
+		for i, l := range lines {
+			if strings.HasPrefix(l, "LINE 1: ") && i+1 < len(lines) {
+				caret := strings.Index(lines[i+1], "^") - len("LINE 1: ")
+				if caret < 0 || caret >= len(c.query) {
+					t.Fatalf("--sql %q: caret at %d:\n%s", c.query, caret, stderr)
+				}
+			}
+		}
+	}
+}
