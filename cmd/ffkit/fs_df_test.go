@@ -5,6 +5,7 @@ import (
 	"math"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
@@ -22,7 +23,14 @@ func TestClusterDfAndMountStatfs(t *testing.T) {
 		t.Skip("starts a cluster of processes")
 	}
 	dir := t.TempDir()
-	u := startUp(t, dir)
+	u := startUp(t, dir) // waits for every pid line, the metadata servers' too
+	u.mu.Lock()
+	for name, pid := range u.metaPids {
+		if u.pids[name] != pid {
+			t.Errorf("fs up: stdout says pid %s %d, stderr %d", name, u.pids[name], pid)
+		}
+	}
+	u.mu.Unlock()
 	var disk syscall.Statfs_t
 	if err := syscall.Statfs(dir, &disk); err != nil {
 		t.Fatal(err)
@@ -58,6 +66,27 @@ func TestClusterDfAndMountStatfs(t *testing.T) {
 	if math.Abs(df.UsePct-want) > 2 {
 		t.Fatalf("fs df: use%% %.2f, df(1) says %.2f", df.UsePct, want)
 	}
+
+	// fs put follows cp -r: a missing REMOTE becomes the copy; a missing
+	// parent is refused, saying how to create it; an existing directory
+	// receives the tree under its own name. Throughput is in MiB/s.
+	tree := filepath.Join(t.TempDir(), "tree")
+	os.MkdirAll(filepath.Join(tree, "sub"), 0o755)
+	os.WriteFile(filepath.Join(tree, "sub", "a.txt"), []byte("a"), 0o644)
+	if out, code := u.run(t, "fs", "put", tree, u.url+"/missing/deeper/tree"); code != 1 {
+		t.Fatalf("fs put into a missing parent: exit %d: %s", code, out)
+	}
+	cmdPut := exec.Command(clusterBinary(t), "fs", "put", tree, u.url+"/missing/deeper/tree")
+	cmdPut.Env = u.env
+	if msg, _ := cmdPut.CombinedOutput(); !strings.Contains(string(msg), "fs mkdir") || !strings.Contains(string(msg), "cp -r") {
+		t.Fatalf("fs put into a missing parent does not say how to create it: %s", msg)
+	}
+	if out := u.must(t, "fs", "put", tree, u.url+"/newtree"); !strings.Contains(out, "MiB/s") {
+		t.Fatalf("fs put output: %q", out)
+	}
+	u.must(t, "fs", "stat", u.url+"/newtree/sub/a.txt")
+	u.must(t, "fs", "put", tree, u.url+"/newtree")
+	u.must(t, "fs", "stat", u.url+"/newtree/tree/sub/a.txt")
 
 	// The mount reports the same capacity to statfs (df on the mount).
 	if _, err := os.Stat("/dev/fuse"); err != nil {

@@ -22,6 +22,7 @@ import (
 	_ "github.com/ffkit/ffkit/fs/clusterfs" // ffkit:// paths everywhere
 	"github.com/ffkit/ffkit/fs/proto"
 	"github.com/ffkit/ffkit/internal/errkind"
+	"github.com/ffkit/ffkit/internal/units"
 )
 
 func init() {
@@ -269,8 +270,15 @@ func copyTree(ctx context.Context, sf fs.FS, sp string, df fs.FS, dp string, par
 	if err != nil {
 		return nil, err
 	}
+	// cp -r's convention: into an existing directory under SRC's name;
+	// else DST is the copy, and its parent must exist.
 	if dst, err := df.Stat(ctx, dp); err == nil && dst.IsDir {
 		dp = fs.Join(dp, path.Base(strings.TrimSuffix(filepath.ToSlash(sp), "/")))
+	} else if err != nil {
+		parent := path.Dir(strings.TrimSuffix(filepath.ToSlash(dp), "/"))
+		if pst, perr := df.Stat(ctx, parent); perr != nil || !pst.IsDir {
+			return nil, &missingParentError{parent: parent, err: fs.ErrNotExist}
+		}
 	}
 	stats := &copyStats{}
 	start := time.Now()
@@ -323,6 +331,16 @@ func copyTree(ctx context.Context, sf fs.FS, sp string, df fs.FS, dp string, par
 	stats.Seconds = time.Since(start).Seconds()
 	return stats, err
 }
+
+// missingParentError: the destination of a copy does not exist and
+// neither does its parent directory.
+type missingParentError struct {
+	parent string
+	err    error
+}
+
+func (e *missingParentError) Error() string { return e.parent + ": no such directory" }
+func (e *missingParentError) Unwrap() error { return e.err }
 
 const copyBlock = 4 << 20
 
@@ -387,6 +405,13 @@ func newCopyCmd(use, short, long string) *cobra.Command {
 			return err
 		}
 		st, err := copyTree(ctx, sf, sp, df, dp, parallel)
+		var mp *missingParentError
+		if errors.As(err, &mp) {
+			p := strings.TrimSuffix(args[1], "/")
+			parent := p[:max(strings.LastIndexByte(p, '/'), 0)]
+			return errkind.Wrap(errkind.Data, fmt.Errorf("%s: its parent directory %s does not exist (as cp -r, the copy goes to an existing directory or becomes a new entry of one): create it first with 'ffkit fs mkdir %s' (or 'mkdir -p' for a local path): %w",
+				args[1], parent, parent, mp.err))
+		}
 		if errors.Is(err, fs.ErrNotExist) {
 			return errkind.Wrap(errkind.Data, err) // exit 1; the message names the path
 		}
@@ -396,11 +421,7 @@ func newCopyCmd(use, short, long string) *cobra.Command {
 		if jsonOut {
 			return printJSON(st)
 		}
-		mbs := 0.0
-		if st.Seconds > 0 {
-			mbs = float64(st.Bytes) / st.Seconds / 1e6
-		}
-		fmt.Fprintf(human(), "%d files, %d directories, %d bytes in %.2fs (%.1f MB/s)\n", st.Files, st.Dirs, st.Bytes, st.Seconds, mbs)
+		fmt.Fprintf(human(), "%d files, %d directories, %d bytes in %.2fs (%.1f MiB/s)\n", st.Files, st.Dirs, st.Bytes, st.Seconds, units.MiBPerS(st.Bytes, st.Seconds))
 		return nil
 	}
 	return c
@@ -409,16 +430,18 @@ func newCopyCmd(use, short, long string) *cobra.Command {
 func newFSPutCmd() *cobra.Command {
 	return newCopyCmd("put LOCAL REMOTE", "Copy a local file or directory tree onto the cluster",
 		`Copy LOCAL (a file, or a directory with everything in it) to REMOTE
-(ffkit://HOST:PORT/path). If REMOTE is an existing directory, LOCAL goes
-inside it under its own name. Each file is published atomically when it is
-complete. With --json: {"files","dirs","bytes","seconds"}.`)
+(ffkit://HOST:PORT/path), as cp -r does: if REMOTE is an existing
+directory, LOCAL goes inside it under its own name; otherwise REMOTE becomes
+the copy, and its parent directory must exist (create it with 'ffkit fs
+mkdir'). Each file is published atomically when it is complete. With --json: {"files","dirs","bytes","seconds"}.`)
 }
 
 func newFSGetCmd() *cobra.Command {
 	return newCopyCmd("get REMOTE LOCAL", "Copy a file or directory tree from the cluster to local disk",
 		`Copy REMOTE (ffkit://HOST:PORT/path: a file, or a directory with everything
-in it) to LOCAL. If LOCAL is an existing directory, REMOTE goes inside it
-under its own name. Each file is written under a temporary name and renamed
+in it) to LOCAL, as cp -r does: if LOCAL is an existing directory, REMOTE
+goes inside it under its own name; otherwise LOCAL becomes the copy, and
+its parent directory must exist. Each file is written under a temporary name and renamed
 when complete. With --json: {"files","dirs","bytes","seconds"}.`)
 }
 
