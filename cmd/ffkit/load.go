@@ -199,10 +199,13 @@ Several PATHs are one dataset; with --weights they are a weighted mixture
 			}
 			defer l.Close()
 			// A budget below one batch cannot be kept: the loader would
-			// exceed it with every batch.
-			if need := l.MaxBatchBytes(); int64(budget) < need {
-				return usagef("--memory-budget %s is below the largest batch of this dataset (%d samples, %d bytes): give at least that",
-					budget.String(), o.BatchSize, need)
+			// exceed it with every batch. (Checked when given: it looks at
+			// every sample's size.)
+			if f.Changed("memory-budget") {
+				if need := l.MaxBatchBytes(); int64(budget) < need {
+					return usagef("--memory-budget %s is below the largest batch of this dataset (%d samples, %d bytes): give at least that",
+						budget.String(), o.BatchSize, need)
+				}
 			}
 			if resumeState != nil {
 				if err := l.Restore(*resumeState); err != nil {
