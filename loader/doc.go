@@ -79,8 +79,8 @@
 // windows restore randomness and cost more distinct reads per batch.
 // `ffkit load --block-size K --window W` prints both sides: read requests
 // per batch after merging (locality) and the share of consecutive
-// deliveries that are dataset neighbours (randomness); the README's loader
-// section gives figures measured on this machine.
+// deliveries that are dataset neighbours (randomness); docs/perf/loader.md
+// gives figures measured on this machine.
 //
 // # Reading
 //

@@ -49,14 +49,16 @@ func localize(ctx context.Context, p, tmp string) (string, error) {
 	return out.Name(), nil
 }
 
-// rangesView is the SQL text of a partition made of file row ranges.
-func rangesView(ctx context.Context, ranges []fileRange, tmp string, empty *File) (string, error) {
+// rangesView is the SQL text of a partition made of file row ranges. It
+// records in inputs the local path DuckDB reads for each file.
+func rangesView(ctx context.Context, ranges []fileRange, tmp string, empty *File, inputs map[string]*File) (string, error) {
 	var whole, parts []string
 	for _, fr := range ranges {
 		lp, err := localize(ctx, fr.file.Path, tmp)
 		if err != nil {
 			return "", err
 		}
+		inputs[lp] = fr.file
 		if fr.lo == 0 && fr.hi == fr.file.Rows {
 			whole = append(whole, sqlString(lp))
 			continue
@@ -73,6 +75,7 @@ func rangesView(ctx context.Context, ranges []fileRange, tmp string, empty *File
 		if err != nil {
 			return "", err
 		}
+		inputs[lp] = empty
 		return fmt.Sprintf("SELECT * FROM read_parquet(%s) LIMIT 0", sqlString(lp)), nil
 	}
 	return strings.Join(parts, " UNION ALL BY NAME "), nil
@@ -86,11 +89,12 @@ func (r *runner) sqlTask(p int, ranges []fileRange, par int) taskFn {
 			return nil, 0, err
 		}
 		defer os.RemoveAll(tmp)
-		view, err := rangesView(ctx, ranges, tmp, r.src.Files[0])
+		inputs := map[string]*File{}
+		view, err := rangesView(ctx, ranges, tmp, r.src.Files[0], inputs)
 		if err != nil {
 			return nil, 0, err
 		}
-		files, rows, err := r.runSQL(ctx, stage, tmp, p, map[string]string{"input": view}, par)
+		files, rows, err := r.runSQL(ctx, stage, tmp, p, map[string]string{"input": view}, par, inputs)
 		var in int64
 		for _, fr := range ranges {
 			in += fr.hi - fr.lo
@@ -138,20 +142,22 @@ func (r *runner) sqlShuffledTask(p, par int) taskFn {
 					defer f.Close()
 				}
 			}
-			v, err := rangesView(ctx, ranges, tmp, side.src.Files[0])
+			// The shuffle stage counted the reads of the job's inputs.
+			v, err := rangesView(ctx, ranges, tmp, side.src.Files[0], map[string]*File{})
 			if err != nil {
 				return nil, 0, err
 			}
 			views[side.table] = v
 		}
-		return r.runSQL(ctx, stage, tmp, p, views, par)
+		return r.runSQL(ctx, stage, tmp, p, views, par, nil)
 	}
 }
 
 // runSQL runs the job's query in a fresh in-memory DuckDB with the given
 // views, limited to the task's memory and threads, and writes the result
-// through the job's sink.
-func (r *runner) runSQL(ctx context.Context, stage, tmp string, p int, views map[string]string, par int) ([]string, int64, error) {
+// through the job's sink. What DuckDB read of inputs (local path -> file)
+// is added to the job's summary.
+func (r *runner) runSQL(ctx context.Context, stage, tmp string, p int, views map[string]string, par int, inputs map[string]*File) ([]string, int64, error) {
 	db, err := sql.Open("duckdb", "")
 	if err != nil {
 		return nil, 0, fmt.Errorf("scan: start DuckDB: %w", err)
@@ -176,6 +182,11 @@ func (r *runner) runSQL(ctx context.Context, stage, tmp string, p int, views map
 			return nil, 0, fmt.Errorf("scan: DuckDB setup (%s): %w", s, err)
 		}
 	}
+	if inputs != nil {
+		if err := enableReadLog(ctx, conn); err != nil {
+			return nil, 0, err
+		}
+	}
 	q := strings.TrimRight(strings.TrimSpace(r.job.SQL), ";")
 	// Parse and bind the user's query alone first: DuckDB's message then
 	// quotes the query as written, with the position of the mistake,
@@ -188,6 +199,17 @@ func (r *runner) runSQL(ctx context.Context, stage, tmp string, p int, views map
 	copyStmt := fmt.Sprintf("COPY (%s) TO %s (FORMAT parquet, COMPRESSION zstd, ROW_GROUP_SIZE %d)", q, sqlString(out), r.job.RowGroupRows)
 	if _, err := conn.ExecContext(ctx, copyStmt); err != nil {
 		return nil, 0, sqlError(p, err)
+	}
+	if inputs != nil {
+		st, err := sqlReads(ctx, conn, inputs)
+		if err != nil {
+			return nil, 0, err
+		}
+		r.src.BytesRead.Add(st.Bytes)
+		r.mu.Lock()
+		r.sum.RowGroups += st.GroupsSeen
+		r.sum.RowGroupsSkipped += st.GroupsSeen - st.Groups
+		r.mu.Unlock()
 	}
 	res, err := OpenFile(ctx, out, nil)
 	if err != nil {

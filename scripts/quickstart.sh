@@ -1,16 +1,45 @@
 #!/usr/bin/env bash
-# Sets up a fresh machine and runs ffkit's main job end to end: generate a
-# small dataset, pack it into FFRecord shards, verify it, load an epoch and
-# read random batches with their throughput, first on the local disk, then
-# on a bundled cluster (ffkit fs up, embedded etcd) that it starts and stops.
+# Sets up a fresh machine (scripts/setup.sh) and runs ffkit's main job end
+# to end: generate a small dataset, pack it into FFRecord shards, verify
+# it, load a shuffled epoch, read random batches beside a same-run plain
+# pread baseline, and read it from Python; then the same on a bundled
+# cluster (ffkit fs up: embedded metadata store, three storage processes)
+# that it starts and stops.
+#
+# Everything it makes stays in quickstart-out/ (the dataset, the cluster's
+# directory and logs, each step's output in steps/); the last line says
+# what ran and whether everything passed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
-echo "== generating 20000 samples of 1-16 KiB in $work/src" >&2
-python3 - "$work/src" <<'PY'
+out=$PWD/quickstart-out
+rm -rf "$out"
+mkdir -p "$out/steps"
+ffkit=$PWD/bin/ffkit
+py=$PWD/.venv/bin/python
+up=""
+cleanup() {
+  if [ -n "$up" ]; then kill "$up" 2>/dev/null; wait "$up" 2>/dev/null; fi
+  return 0
+}
+trap cleanup EXIT
+
+# step NAME CMD...: runs CMD with its output in steps/NAME.out.
+step() {
+  local name=$1; shift
+  echo "== $name: $*" >&2
+  if ! "$@" >"$out/steps/$name.out" 2>"$out/steps/$name.err"; then
+    cat "$out/steps/$name.out" "$out/steps/$name.err" >&2
+    echo "quickstart: FAILED at $name (outputs in $out/steps/)" >&2
+    exit 1
+  fi
+}
+# field FILE KEY: a number from a JSON document.
+field() { "$py" -c 'import json,sys; print(round(json.load(open(sys.argv[1]))[sys.argv[2]]))' "$1" "$2"; }
+
+echo "== generating 20000 samples of 1-16 KiB in $out/src" >&2
+"$py" - "$out/src" <<'PY'
 import os, random, sys
 d = sys.argv[1]; os.makedirs(d)
 r = random.Random(0)
@@ -18,30 +47,44 @@ for i in range(20000):
     with open(os.path.join(d, f"{i:06d}.bin"), "wb") as f:
         f.write(r.randbytes(r.randint(1024, 16384)))
 PY
-echo "== ffkit pack" >&2
-bin/ffkit pack "$work/src" -o "$work/ds" --shard-size 64M
-echo "== ffkit inspect" >&2
-bin/ffkit inspect "$work/ds"
-echo "== ffkit verify" >&2
-bin/ffkit verify "$work/ds"
-echo "== ffkit load: one shuffled epoch" >&2
-bin/ffkit load "$work/ds" --batch-size 256 --shuffle --seed 1 --epochs 1
-echo "== ffkit bench read" >&2
-bin/ffkit bench read "$work/ds" --batch-size 256 --duration 3s
 
-echo "== the same on the bundled file system: ffkit fs up (embedded etcd, 3 storage processes)" >&2
-bin/ffkit fs up --dir "$work/cluster" >"$work/up.out" 2>"$work/up.err" &
+# run PREFIX DATASET: pack, verify, load and bench read one dataset.
+run() {
+  local p=$1 ds=$2
+  step "$p-pack" "$ffkit" pack "$out/src" -o "$ds" --shard-size 64M
+  step "$p-verify" "$ffkit" verify "$ds"
+  step "$p-load" "$ffkit" load "$ds" --batch-size 256 --shuffle --seed 1 --epochs 1 --json
+  step "$p-bench-read" "$ffkit" bench read "$ds" --batch-size 256 --duration 2s --json
+}
+
+run local "$out/ds"
+step local-inspect "$ffkit" inspect "$out/ds"
+step python "$py" -c '
+import sys, ffkit
+loader = ffkit.Loader(sys.argv[1], batch_size=256, shuffle=True, seed=1)
+n = 0
+for batch in loader:
+    n += len(batch)
+loader.close()
+assert n == 20000, n
+print("python: one shuffled epoch of", n, "samples")
+' "$out/ds"
+
+echo "== starting a cluster in $out/cluster (ffkit fs up)" >&2
+"$ffkit" fs up --dir "$out/cluster" >"$out/steps/fs-up.out" 2>"$out/steps/fs-up.err" &
 up=$!
-trap 'kill "$up" 2>/dev/null; wait "$up" 2>/dev/null; rm -rf "$work"' EXIT
-for _ in $(seq 240); do
-    [ -s "$work/up.out" ] && break
-    kill -0 "$up" 2>/dev/null || { cat "$work/up.err" >&2; exit 1; }
-    sleep 0.5
+for _ in $(seq 600); do
+  [ -s "$out/steps/fs-up.out" ] && break
+  kill -0 "$up" 2>/dev/null || { cat "$out/steps/fs-up.err" >&2; echo "quickstart: FAILED: ffkit fs up exited" >&2; exit 1; }
+  sleep 0.5
 done
-url=$(head -n 1 "$work/up.out")
-[ -n "$url" ] || { echo "quickstart: ffkit fs up did not come up in 120 s" >&2; cat "$work/up.err" >&2; exit 1; }
-echo "== cluster at $url: pack, verify, load one epoch, bench read" >&2
-bin/ffkit pack "$work/src" -o "$url/ds" --shard-size 64M
-bin/ffkit verify "$url/ds"
-bin/ffkit load "$url/ds" --batch-size 256 --shuffle --seed 1 --epochs 1
-bin/ffkit bench read "$url/ds" --batch-size 256 --duration 3s
+url=$(head -n 1 "$out/steps/fs-up.out")
+[ -n "$url" ] || { cat "$out/steps/fs-up.err" >&2; echo "quickstart: FAILED: ffkit fs up did not come up in 5 min" >&2; exit 1; }
+run cluster "$url/ds"
+
+s=$out/steps
+echo "quickstart: ok: packed, verified and loaded 20000 samples locally and on a 3-node cluster" \
+  "(outputs in quickstart-out/). local: load $(field "$s/local-load.out" samples_per_s) samples/s," \
+  "ReadBatch $(field "$s/local-bench-read.out" samples_per_s) vs plain pread $(field "$s/local-bench-read.out" baseline_samples_per_s) samples/s;" \
+  "cluster: load $(field "$s/cluster-load.out" samples_per_s) samples/s," \
+  "ReadBatch $(field "$s/cluster-bench-read.out" samples_per_s) vs pread $(field "$s/cluster-bench-read.out" baseline_samples_per_s) samples/s"

@@ -51,7 +51,7 @@ func Open(ctx context.Context, spec string) (Store, error) {
 			return nil, fmt.Errorf("%w: %q: this ffkit was built without FoundationDB support; "+
 				"install the FoundationDB client (libfdb_c 7.1+, https://github.com/apple/foundationdb/releases), "+
 				"point go.mod at matching Go bindings (github.com/apple/foundationdb/bindings/go) and rebuild with "+
-				"`go build -tags fdb ./cmd/ffkit` (README, cluster section, \"FoundationDB\")", ErrBadSpec, spec)
+				"`go build -tags fdb ./cmd/ffkit` (docs/metadata.md, \"FoundationDB\")", ErrBadSpec, spec)
 		}
 		sort.Strings(known)
 		return nil, fmt.Errorf("%w: %q: unknown backend %q (known: %s)", ErrBadSpec, spec, scheme, strings.Join(known, ", "))

@@ -21,7 +21,7 @@ import (
 // completions itself: one thread and a few system calls per batch instead
 // of one blocked thread and a wake-up per read. On a 2-core machine shared
 // with other work, that is the difference between holding a device's queue
-// full and not (measured with `ffkit bench read --direct`, see the README).
+// full and not (measured with `ffkit bench read --direct`, see docs/perf/ffrecord.md).
 //
 // Rings are set up lazily and kept on a small free list; where io_uring is
 // unavailable (old kernel, seccomp) ReadBatch falls back to parallel preads.

@@ -14,8 +14,8 @@
 // FoundationDB client, so this backend has never been compiled or run by
 // its authors. It is written against the bindings' documented API and the
 // kv conformance suite (fdbkv_test.go runs kvtest.Run when
-// FFKIT_FDB_CLUSTER_FILE names a cluster file). See the README's cluster
-// section for how to build and test it where FoundationDB runs.
+// FFKIT_FDB_CLUSTER_FILE names a cluster file). See docs/metadata.md
+// for how to build and test it where FoundationDB runs.
 //
 // Without the tag this package holds only this comment, and kv.Open of an
 // "fdb:" spec says how to get a binary with FoundationDB support.
