@@ -7,9 +7,9 @@ import (
 	"math"
 	"strconv"
 	"strings"
-	"unicode"
 
 	"github.com/ffkit/ffkit/internal/errkind"
+	"github.com/ffkit/ffkit/internal/units"
 )
 
 // ErrBadArg: a size, list or count on the command line that cannot be parsed.
@@ -174,43 +174,14 @@ func FormatBytes(n int64) string {
 	return ""
 }
 
-// ParseSize parses a byte size: a number with an optional binary suffix
-// K, M, G, T (also KiB, KB, k...; all powers of 1024): "4K", "1M", "2G",
-// "1.5G", "4096".
+// ParseSize parses a byte size with the spellings of every ffkit flag
+// (units.ParseSize: K, M, G, T, also KiB, KB, k...; all powers of 1024).
 func ParseSize(s string) (int64, error) {
-	orig := s
-	s = strings.TrimSpace(s)
-	i := strings.IndexFunc(s, func(r rune) bool { return !(unicode.IsDigit(r) || r == '.') })
-	num, suffix := s, ""
-	if i >= 0 {
-		num, suffix = s[:i], strings.ToUpper(strings.TrimSpace(s[i:]))
+	v, err := units.ParseSize(s)
+	if err != nil {
+		return 0, fmt.Errorf("%w: %w", ErrBadArg, err)
 	}
-	mult := int64(1)
-	switch strings.TrimSuffix(strings.TrimSuffix(suffix, "B"), "I") {
-	case "":
-		if suffix != "" && suffix != "B" {
-			return 0, fmt.Errorf("%w: size %q: unknown unit %q", ErrBadArg, orig, suffix)
-		}
-	case "K":
-		mult = 1 << 10
-	case "M":
-		mult = 1 << 20
-	case "G":
-		mult = 1 << 30
-	case "T":
-		mult = 1 << 40
-	default:
-		return 0, fmt.Errorf("%w: size %q: unknown unit %q (use K, M, G, T)", ErrBadArg, orig, suffix)
-	}
-	v, err := strconv.ParseFloat(num, 64)
-	if err != nil || num == "" {
-		return 0, fmt.Errorf("%w: size %q is not a number with an optional K/M/G/T unit", ErrBadArg, orig)
-	}
-	b := v * float64(mult)
-	if b < 0 || b > math.MaxInt64/2 {
-		return 0, fmt.Errorf("%w: size %q out of range", ErrBadArg, orig)
-	}
-	return int64(b), nil
+	return v, nil
 }
 
 // ParseSizes parses a comma-separated list of sizes ("4K,64K,1M").

@@ -45,11 +45,25 @@ const (
 	Lines
 )
 
+// Scale is a chart's value axis.
+type Scale int
+
+const (
+	// ScaleLinear draws the values from 0 on a linear axis (the default).
+	ScaleLinear Scale = iota
+	// ScaleLog draws them on a log axis with ticks at powers of ten.
+	ScaleLog
+	// ScaleAuto is ScaleLog when the positive values span more than two
+	// decades (latency percentiles from p50 to max often do), else linear.
+	ScaleAuto
+)
+
 // Chart is a chart of series over categories (block sizes, queue depths,
 // percentiles, "ours"/"fio").
 type Chart struct {
 	Title      string
 	Kind       ChartKind
+	Scale      Scale
 	XLabel     string
 	YLabel     string
 	Categories []string
@@ -88,8 +102,8 @@ func WriteReportFile(path string, r *Report) error {
 const reportCSS = `body{font-family:system-ui,-apple-system,"Segoe UI",Helvetica,Arial,sans-serif;margin:2em auto;max-width:1000px;color:#222;padding:0 1em}
 h1{font-size:1.6em;margin-bottom:.2em}h2{font-size:1.25em;margin-top:2em;border-bottom:1px solid #ddd;padding-bottom:.2em}
 .meta{color:#666;font-size:.9em;margin:.1em 0;font-family:ui-monospace,monospace}
-table{border-collapse:collapse;margin:1em 0;font-size:.9em}th,td{padding:.25em .7em;border-bottom:1px solid #e4e4e4;text-align:right;white-space:nowrap}
-th{background:#f5f5f5}td.t,th.t{text-align:left}caption{text-align:left;font-weight:600;padding:.3em 0}
+.tw{max-width:100%;overflow-x:auto}table{border-collapse:collapse;margin:1em 0;font-size:.9em}th,td{padding:.25em .7em;border-bottom:1px solid #e4e4e4;text-align:right;white-space:nowrap}
+th{background:#f5f5f5;white-space:normal}td.t,th.t{text-align:left}td.t{white-space:normal;overflow-wrap:anywhere;min-width:8em}caption{text-align:left;font-weight:600;padding:.3em 0}
 .notes{color:#555;font-size:.85em}figure{margin:1em 0}svg.chart{background:#fff;border:1px solid #eee;max-width:100%;height:auto}
 svg.chart text{font-family:system-ui,Helvetica,Arial,sans-serif;fill:#333}`
 
@@ -144,7 +158,9 @@ func (r *Report) WriteHTML(w io.Writer) error {
 
 func writeHTMLTable(b *strings.Builder, t Table) {
 	esc := html.EscapeString
-	b.WriteString("<table>")
+	// Numbers stay on one line; text cells and headers wrap, and a table
+	// wider than the page scrolls inside its own box.
+	b.WriteString("<div class=\"tw\"><table>")
 	if t.Title != "" {
 		fmt.Fprintf(b, "<caption>%s</caption>", esc(t.Title))
 	}
@@ -173,7 +189,7 @@ func writeHTMLTable(b *strings.Builder, t Table) {
 		}
 		b.WriteString("</tr>")
 	}
-	b.WriteString("</tbody></table>\n")
+	b.WriteString("</tbody></table></div>\n")
 	if len(t.Notes) > 0 {
 		b.WriteString("<div class=\"notes\">")
 		for _, n := range t.Notes {
@@ -229,6 +245,30 @@ func fmtValue(v float64) string {
 	return strconv.FormatFloat(v, 'g', 3, 64)
 }
 
+// logRange reports whether the chart is drawn on a log axis and the
+// decades it spans (10^lo .. 10^hi).
+func (c *Chart) logRange() (lo, hi int, ok bool) {
+	if c.Scale == ScaleLinear {
+		return 0, 0, false
+	}
+	mn, mx := math.Inf(1), 0.0
+	for _, s := range c.Series {
+		for _, v := range s.Values {
+			if v > 0 && !math.IsInf(v, 0) {
+				mn, mx = min(mn, v), max(mx, v)
+			}
+		}
+	}
+	if mx == 0 || (c.Scale == ScaleAuto && mx/mn < 100) {
+		return 0, 0, false
+	}
+	lo, hi = int(math.Floor(math.Log10(mn))), int(math.Ceil(math.Log10(mx)))
+	if hi == lo {
+		hi++
+	}
+	return lo, hi, true
+}
+
 func (c *Chart) writeSVG(b *strings.Builder, id int) {
 	esc := html.EscapeString
 	const W, H = 900, 380
@@ -245,6 +285,20 @@ func (c *Chart) writeSVG(b *strings.Builder, id int) {
 	ticks := niceTicks(hi, 5)
 	top_ := ticks[len(ticks)-1]
 	y := func(v float64) float64 { return float64(top) + ph - v/top_*ph }
+	if lo, hi, ok := c.logRange(); ok {
+		// Powers of ten from below the smallest value to above the largest.
+		ticks = ticks[:0]
+		for e := lo; e <= hi; e++ {
+			ticks = append(ticks, math.Pow(10, float64(e)))
+		}
+		span := float64(hi - lo)
+		y = func(v float64) float64 {
+			if v <= 0 {
+				v = ticks[0]
+			}
+			return float64(top) + ph - (math.Log10(v)-float64(lo))/span*ph
+		}
+	}
 	fmt.Fprintf(b, "<svg class=\"chart\" id=\"chart%d\" xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" viewBox=\"0 0 %d %d\" role=\"img\" aria-label=\"%s\">\n",
 		id, W, H, W, H, esc(c.Title))
 	fmt.Fprintf(b, "<text x=\"%d\" y=\"22\" font-size=\"15\" font-weight=\"600\">%s</text>\n", left, esc(c.Title))
@@ -252,7 +306,7 @@ func (c *Chart) writeSVG(b *strings.Builder, id int) {
 		fmt.Fprintf(b, "<line x1=\"%d\" x2=\"%d\" y1=\"%.1f\" y2=\"%.1f\" stroke=\"#e5e5e5\"/>", left, W-right, y(t), y(t))
 		fmt.Fprintf(b, "<text x=\"%d\" y=\"%.1f\" font-size=\"11\" text-anchor=\"end\">%s</text>\n", left-6, y(t)+4, fmtTick(t))
 	}
-	fmt.Fprintf(b, "<line x1=\"%d\" x2=\"%d\" y1=\"%.1f\" y2=\"%.1f\" stroke=\"#888\"/>\n", left, W-right, y(0), y(0))
+	fmt.Fprintf(b, "<line x1=\"%d\" x2=\"%d\" y1=\"%.1f\" y2=\"%.1f\" stroke=\"#888\"/>\n", left, W-right, y(ticks[0]), y(ticks[0]))
 	fmt.Fprintf(b, "<text transform=\"translate(16 %.1f) rotate(-90)\" font-size=\"12\" text-anchor=\"middle\">%s</text>\n", float64(top)+ph/2, esc(c.YLabel))
 	fmt.Fprintf(b, "<text x=\"%.1f\" y=\"%d\" font-size=\"12\" text-anchor=\"middle\">%s</text>\n", float64(left)+pw/2, H-34, esc(c.XLabel))
 	nc := max(1, len(c.Categories))
@@ -289,7 +343,7 @@ func (c *Chart) writeSVG(b *strings.Builder, id int) {
 					continue
 				}
 				x := float64(left) + slot*float64(i) + slot*0.1 + bw*float64(si)
-				h := float64(top) + ph - y(v)
+				h := y(ticks[0]) - y(v)
 				fmt.Fprintf(b, "<rect class=\"mark\" x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" fill=\"%s\"><title>%s @ %s: %s</title></rect>\n",
 					x, y(v), max(bw-1, 1), h, col, esc(s.Name), esc(c.Categories[i]), fmtValue(v))
 				if bw >= 26 {

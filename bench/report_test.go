@@ -124,3 +124,30 @@ func renderInChromium(t *testing.T, chrome, page string) (dom, logs string) {
 	}
 	return out.String(), errb.String()
 }
+
+// Latency percentiles spanning decades are drawn on a log axis (ticks at
+// powers of ten) and tables are wrapped so they fit the page (issue 14).
+func TestReportLogScaleAndTableFit(t *testing.T) {
+	lat := Chart{Title: "lat", Kind: Lines, Scale: ScaleAuto, Categories: []string{"p50", "p99", "max"},
+		Series: []Series{{Name: "a", Values: []float64{40, 900, 250000}}}}
+	lin := Chart{Title: "bw", Scale: ScaleAuto, Categories: []string{"x", "y"},
+		Series: []Series{{Name: "a", Values: []float64{400, 900}}}}
+	tab := Table{Header: []string{"reader", "samples/s"}, Rows: [][]string{{"a very long reader name that must wrap inside its column", "123"}}}
+	var b strings.Builder
+	if err := (&Report{Title: "t", Sections: []Section{{Charts: []Chart{lat, lin}, Tables: []Table{tab}}}}).WriteHTML(&b); err != nil {
+		t.Fatal(err)
+	}
+	page := b.String()
+	charts := strings.SplitAfter(page, "</svg>")
+	for _, tick := range []string{">10<", ">100<", ">1000<", ">1M<"} {
+		if !strings.Contains(charts[0], tick) {
+			t.Errorf("latency chart lacks the log tick %s", tick)
+		}
+	}
+	if strings.Contains(charts[1], ">100<") || !strings.Contains(charts[1], ">0<") {
+		t.Errorf("a chart within one decade should stay linear from 0")
+	}
+	if !strings.Contains(page, `<div class="tw"><table>`) || !strings.Contains(page, "td.t{white-space:normal") {
+		t.Error("tables are not wrapped to fit their column")
+	}
+}

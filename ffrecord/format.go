@@ -75,6 +75,9 @@ type header struct {
 	offsets  []int64
 	// damaged is the first sample a truncation damaged or removed, or -1.
 	damaged int64
+	// broken, for a file opened with ReadOptions.AllowDamaged, is why its
+	// samples from damaged on cannot be read (nil: the file is intact).
+	broken error
 }
 
 func (h *header) hdrLen() int64 { return HeaderLen(h.n) }
@@ -85,7 +88,8 @@ func (h *header) end(i int64) int64 {
 	if i+1 < h.n {
 		return h.offsets[i+1]
 	}
-	return h.size
+	// A truncated file's last sample may start past the end: length 0.
+	return max(h.size, h.offsets[i])
 }
 
 func (h *header) sampleErr(i int64, err error) *SampleError {

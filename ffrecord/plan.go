@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"hash/crc32"
 	"slices"
+	"strings"
 	"sync"
 	"unsafe"
 
@@ -59,6 +60,13 @@ func (r *Reader) plan(indices []int64, bufLen int64) (*plan, error) {
 			return nil, err
 		}
 		h := r.files[fi].h
+		if h.broken != nil && l >= h.damaged {
+			// A damaged file's missing sample: refused without a read.
+			e := h.sampleErr(l, fmt.Errorf("%w: the file is damaged (%s)", errOf(h.broken),
+				strings.TrimPrefix(h.broken.Error(), h.path+": ")))
+			e.Index = i
+			return nil, e
+		}
 		off := h.offsets[l]
 		p.slots[k] = slot{file: int32(fi), dup: -1, local: l, off: off, len: h.end(l) - off}
 		p.need += p.slots[k].len
@@ -424,4 +432,15 @@ func alignedBuffer(n int64) []byte {
 		o = directAlign - o
 	}
 	return b[o : o+n : o+n]
+}
+
+// errOf is the sentinel a damaged file's error matches (ErrTruncated,
+// ErrChecksum or ErrCorrupt), so that a refused sample keeps its kind.
+func errOf(err error) error {
+	for _, s := range []error{ErrTruncated, ErrChecksum, ErrCorrupt} {
+		if errors.Is(err, s) {
+			return s
+		}
+	}
+	return ErrCorrupt
 }

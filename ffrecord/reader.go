@@ -55,6 +55,14 @@ type ReadOptions struct {
 	// Warn receives warnings (a legacy file with header checksum 0).
 	// Default: print to stderr.
 	Warn func(msg string)
+	// AllowDamaged opens a dataset some of whose files are damaged instead
+	// of failing: a truncated file serves the samples before the cut; a
+	// file whose header is damaged keeps the sample count its header
+	// claims (0 when not even that is readable) and serves none. Reading a
+	// sample they cannot serve fails with a *SampleError naming it, without
+	// touching the file; Damaged lists the files. Default: Open fails on
+	// the first damaged file.
+	AllowDamaged bool
 }
 
 // Validate checks the options.
@@ -135,6 +143,10 @@ func Open(ctx context.Context, paths []string, opts ReadOptions) (*Reader, error
 				return errs[i]
 			}
 			h, err := readHeader(gctx, f, s.display)
+			if err != nil && opts.AllowDamaged && gctx.Err() == nil && !isIOError(err) {
+				h = damagedHeader(f, s.display, h, err)
+				err = nil
+			}
 			if err != nil {
 				f.Close()
 				errs[i] = err
@@ -410,6 +422,9 @@ func (r *Reader) Stats() Stats {
 			s.Legacy++
 		}
 		for i := range f.h.n {
+			if f.h.broken != nil && i >= f.h.damaged {
+				break // a damaged file's unreadable samples have no size
+			}
 			lens = append(lens, f.h.end(i)-f.h.offsets[i])
 		}
 	}
@@ -422,4 +437,115 @@ func (r *Reader) Stats() Stats {
 		}
 	}
 	return s
+}
+
+// LargestSamples returns the lengths of the k largest samples, largest
+// first (fewer when the dataset has fewer): what a caller sizing buffers
+// for batches of k samples must be ready for.
+func (r *Reader) LargestSamples(k int) []int64 {
+	if k <= 0 {
+		return nil
+	}
+	h := make(minHeap, 0, min(int64(k), r.n))
+	for _, f := range r.files {
+		for i := range f.h.n {
+			l := f.h.end(i) - f.h.offsets[i]
+			if len(h) < k {
+				h.push(l)
+			} else if l > h[0] {
+				h[0] = l
+				h.down(0)
+			}
+		}
+	}
+	slices.Sort(h)
+	slices.Reverse(h)
+	return h
+}
+
+// minHeap is a binary min-heap of lengths.
+type minHeap []int64
+
+func (h *minHeap) push(v int64) {
+	*h = append(*h, v)
+	s := *h
+	for i := len(s) - 1; i > 0; {
+		p := (i - 1) / 2
+		if s[p] <= s[i] {
+			break
+		}
+		s[p], s[i] = s[i], s[p]
+		i = p
+	}
+}
+
+func (h minHeap) down(i int) {
+	for {
+		c := 2*i + 1
+		if c >= len(h) {
+			return
+		}
+		if c+1 < len(h) && h[c+1] < h[c] {
+			c++
+		}
+		if h[i] <= h[c] {
+			return
+		}
+		h[i], h[c] = h[c], h[i]
+		i = c
+	}
+}
+
+// isIOError reports whether a header error is a failure to read rather
+// than damage (those fail Open even with AllowDamaged).
+func isIOError(err error) bool {
+	return !errors.Is(err, ErrTruncated) && !errors.Is(err, ErrChecksum) && !errors.Is(err, ErrCorrupt)
+}
+
+// damagedHeader is the header Open keeps for a damaged file under
+// AllowDamaged: the intact part of a truncated file's header, or, for a
+// damaged header, the sample count it claims with every sample unreadable.
+func damagedHeader(f fs.File, path string, h *header, err error) *header {
+	if h != nil && h.damaged >= 0 && int64(len(h.offsets)) == h.n {
+		h.broken = err
+		return h
+	}
+	n := claimedSamples(f)
+	if h != nil {
+		n = h.n // cut inside the header: the count is genuine
+	}
+	if n < 0 {
+		n = 0
+	}
+	h = &header{path: path, size: f.Size(), n: n, damaged: 0, broken: err,
+		crcs: make([]uint32, n), offsets: make([]int64, n)}
+	for i := range h.offsets {
+		h.offsets[i] = h.size // nothing of it is read: zero-length samples
+	}
+	return h
+}
+
+// DamagedFile describes a file Open kept under AllowDamaged.
+type DamagedFile struct {
+	Path string `json:"path"`
+	// Samples is the file's sample count (claimed by a damaged header).
+	Samples int64 `json:"samples"`
+	// First is the global index of the file's first sample.
+	First int64 `json:"first"`
+	// Readable is how many of its samples, from the first, can be read.
+	Readable int64 `json:"readable"`
+	// Err says what is wrong.
+	Err error `json:"-"`
+}
+
+// Damaged lists the damaged files of a dataset opened with AllowDamaged,
+// in dataset order.
+func (r *Reader) Damaged() []DamagedFile {
+	var out []DamagedFile
+	for i, f := range r.files {
+		if f.h.broken != nil {
+			out = append(out, DamagedFile{Path: f.h.path, Samples: f.h.n, First: r.firsts[i], Readable: f.h.damaged, Err: f.h.broken})
+		}
+	}
+	return out
 }

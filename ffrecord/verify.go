@@ -2,10 +2,12 @@ package ffrecord
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"hash/crc32"
 	"sort"
+	"strings"
 	"sync"
 	"sync/atomic"
 
@@ -45,24 +47,34 @@ type Fault struct {
 	Message string `json:"message"`
 }
 
-// VerifiedFile is one file's result.
+// VerifiedFile is one file's result. Its JSON keys are those of `ffkit
+// inspect --json`'s per-file entries for the same things.
 type VerifiedFile struct {
-	Path    string `json:"path"`
-	Size    int64  `json:"size"`
-	N       int64  `json:"n"` // -1 when the header is unreadable
-	Legacy  bool   `json:"legacy"`
-	Checked int64  `json:"checked"` // samples whose checksum was verified
-	Faults  int    `json:"faults"`
+	Path string `json:"path"`
+	Size int64  `json:"bytes"`
+	// N is the file's sample count: from a damaged header, the count it
+	// claims where that is plausible for the file's size (Claimed); -1
+	// when not even that can be read.
+	N int64 `json:"samples"`
+	// Claimed: N comes from a header whose checksum failed.
+	Claimed bool `json:"claimed,omitempty"`
+	// First is the global index of the file's first sample (-1 when an
+	// earlier file's count is unknown).
+	First   int64 `json:"first"`
+	Legacy  bool  `json:"legacy"`
+	Checked int64 `json:"checked"` // samples whose checksum was verified
+	Faults  int   `json:"faults"`
 }
 
 // VerifyReport is Verify's result.
 type VerifyReport struct {
 	OK      bool           `json:"ok"`
 	Files   []VerifiedFile `json:"files"`
-	Samples int64          `json:"samples"` // samples the readable headers describe
-	Checked int64          `json:"checked"` // samples verified good
-	Bytes   int64          `json:"bytes"`   // sample bytes read
-	Faults  []Fault        `json:"faults"`
+	Samples int64          `json:"samples"`       // samples the headers describe, damaged ones by their claimed count
+	Unknown int            `json:"unknown_files"` // files whose sample count cannot be read at all
+	Checked int64          `json:"checked"`       // samples verified good
+	Bytes   int64          `json:"bytes_read"`    // sample bytes read
+	Faults  []Fault        `json:"faults"`        // never null: [] when all is good
 }
 
 // verifyChunk is how many bytes of consecutive samples one read covers.
@@ -80,7 +92,7 @@ func Verify(ctx context.Context, paths []string, opts VerifyOptions) (*VerifyRep
 	if err != nil {
 		return nil, err
 	}
-	rep := &VerifyReport{Files: make([]VerifiedFile, len(srcs))}
+	rep := &VerifyReport{Files: make([]VerifiedFile, len(srcs)), Faults: []Fault{}}
 	var mu sync.Mutex // guards rep.Faults and rep.Files[i].Faults
 	addFault := func(fi int, f Fault) {
 		mu.Lock()
@@ -96,7 +108,7 @@ func Verify(ctx context.Context, paths []string, opts VerifyOptions) (*VerifyRep
 	first := int64(0) // global index of the current file's first sample; -1 once unknown
 	for fi, s := range srcs {
 		vf := &rep.Files[fi]
-		vf.Path, vf.N = s.display, -1
+		vf.Path, vf.N, vf.First = s.display, -1, first
 		f, err := s.fsys.Open(ctx, s.name, fs.OpenOptions{Direct: opts.Direct})
 		if err != nil {
 			return nil, fmt.Errorf("ffrecord: open %s: %w", s.display, err)
@@ -111,7 +123,18 @@ func Verify(ctx context.Context, paths []string, opts VerifyOptions) (*VerifyRep
 			addFault(fi, faultOf(s.display, first, herr))
 		}
 		if h == nil {
-			first = -1 // later indices are unknown
+			// The header's own count, where plausible, keeps the totals
+			// and the later files' global indices meaningful.
+			if n := claimedSamples(f); n >= 0 {
+				vf.N, vf.Claimed = n, true
+				rep.Samples += n
+				if first >= 0 {
+					first += n
+				}
+			} else {
+				rep.Unknown++
+				first = -1 // later indices are unknown
+			}
 			continue
 		}
 		vf.N, vf.Legacy = h.n, h.legacy
@@ -193,9 +216,24 @@ func sampleFault(h *header, first, i int64, kind, msg string) Fault {
 	return Fault{Path: h.path, Index: idx, Local: i, Off: h.offsets[i], Len: h.end(i) - h.offsets[i], Kind: kind, Message: msg}
 }
 
-// faultOf turns a header error into a Fault.
+// claimedSamples reads the sample count a file's prefix claims, or -1 when
+// it cannot be read or cannot fit the file.
+func claimedSamples(f fs.File) int64 {
+	var b [prefixLen]byte
+	if readFull(f, b[:], 0) != nil {
+		return -1
+	}
+	n := int64(binary.LittleEndian.Uint64(b[4:12]))
+	if n < 0 || n > (f.Size()-prefixLen)/perSample {
+		return -1
+	}
+	return n
+}
+
+// faultOf turns a header error into a Fault. Its message does not repeat
+// the path, which the Fault names.
 func faultOf(path string, first int64, err error) Fault {
-	f := Fault{Path: path, Index: -1, Local: -1, Message: err.Error()}
+	f := Fault{Path: path, Index: -1, Local: -1, Message: strings.TrimPrefix(err.Error(), path+": ")}
 	switch {
 	case errors.Is(err, ErrTruncated):
 		f.Kind = FaultTruncated

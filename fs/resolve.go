@@ -2,7 +2,10 @@ package fs
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"net"
+	"strconv"
 	"strings"
 	"sync"
 
@@ -39,6 +42,10 @@ func RegisterLocal(f FS) {
 // ErrBadPath: a path or URL that cannot be resolved.
 var ErrBadPath = errkind.New(errkind.Usage, "fs: bad path")
 
+// ClusterScheme is the scheme of ffkit cluster URLs, whose authority is
+// one or more mgmtd addresses HOST:PORT (checked by ParseAuthority).
+const ClusterScheme = "ffkit"
+
 // IsURL reports whether p names a file system by URL (scheme://...).
 func IsURL(p string) bool {
 	i := strings.Index(p, "://")
@@ -62,7 +69,47 @@ func SplitURL(u string) (scheme, authority, path string, err error) {
 	if authority == "" {
 		return "", "", "", fmt.Errorf("%w: %q has no host:port", ErrBadPath, u)
 	}
+	if scheme == ClusterScheme {
+		if _, err := ParseAuthority(authority); err != nil {
+			return "", "", "", fmt.Errorf("%w (in %q)", err, u)
+		}
+	}
 	return scheme, authority, path, nil
+}
+
+// ParseAuthority checks a URL's authority, one or more comma-separated
+// HOST:PORT addresses (an IPv6 host in brackets, a port 1..65535), and
+// returns the addresses. It is the one parser of cluster addresses: every
+// command that takes ffkit://HOST:PORT refuses the same mistakes with
+// ErrBadPath (a usage error).
+func ParseAuthority(authority string) ([]string, error) {
+	if authority == "" {
+		return nil, fmt.Errorf("%w: no HOST:PORT in the URL", ErrBadPath)
+	}
+	var addrs []string
+	for _, a := range strings.Split(authority, ",") {
+		host, port, err := net.SplitHostPort(a)
+		if err != nil {
+			var ae *net.AddrError
+			msg := err.Error()
+			if errors.As(err, &ae) {
+				msg = ae.Err
+			}
+			return nil, fmt.Errorf("%w: address %q: %s, want HOST:PORT", ErrBadPath, a, msg)
+		}
+		if host == "" {
+			return nil, fmt.Errorf("%w: address %q has no host, want HOST:PORT", ErrBadPath, a)
+		}
+		if strings.ContainsAny(host, "[]/ ") {
+			return nil, fmt.Errorf("%w: address %q: bad host %q, want HOST:PORT", ErrBadPath, a, host)
+		}
+		p, err := strconv.Atoi(port)
+		if err != nil || p < 1 || p > 65535 {
+			return nil, fmt.Errorf("%w: address %q: port %q is not a number in 1..65535, want HOST:PORT", ErrBadPath, a, port)
+		}
+		addrs = append(addrs, a)
+	}
+	return addrs, nil
 }
 
 // Resolve returns the FS a user's path lives on and the path inside it.

@@ -82,6 +82,9 @@ type StatFSer interface {
 type Usage struct {
 	Total int64 `json:"total"`
 	Free  int64 `json:"free"` // available to an unprivileged writer
+	// Used is the bytes in use (statfs f_blocks - f_bfree, as df(1)
+	// counts them); Total - Used - Free is reserved. 0: Total - Free.
+	Used int64 `json:"used,omitempty"`
 	// Files and FreeFiles count inodes; 0 means not limited or not known.
 	Files     int64 `json:"files"`
 	FreeFiles int64 `json:"free_files"`

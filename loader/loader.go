@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -117,8 +118,10 @@ func New(readers []*ffrecord.Reader, opts Options) (*Loader, error) {
 func readOptions(o *Options) ffrecord.ReadOptions {
 	o.fill()
 	warn := o.Log
+	// Under the Skip policy a damaged file does not stop the dataset: its
+	// unreadable samples are skipped like bad samples.
 	return ffrecord.ReadOptions{Direct: o.Direct, NoVerify: o.NoVerify, Parallelism: o.Workers, MaxInFlight: o.MaxInFlight,
-		MergeGap: o.MergeGap, Warn: func(s string) { warn("ffrecord: warning: " + s) }}
+		MergeGap: o.MergeGap, Warn: func(s string) { warn("ffrecord: warning: " + s) }, AllowDamaged: o.BadSamples == Skip}
 }
 
 // datasetFingerprint is what State.Dataset holds.
@@ -181,6 +184,12 @@ func newLoader(readers []*ffrecord.Reader, opts Options, owned bool) (*Loader, e
 	l.pos = position{epoch: opts.StartEpoch}
 	l.endEpoch = l.epochEnd(opts.StartEpoch)
 	l.bad.m = map[sampleKey]bool{}
+	for src, r := range readers {
+		for _, d := range r.Damaged() {
+			l.opts.Log(fmt.Sprintf("loader: %s of dataset %d is damaged: its samples %d..%d (%d of %d) will be skipped like bad samples: %v",
+				d.Path, src, d.First+d.Readable, d.First+d.Samples-1, d.Samples-d.Readable, d.Samples, d.Err))
+		}
+	}
 	return l, nil
 }
 
@@ -1011,4 +1020,29 @@ func (l *Loader) Close() error {
 		}
 	}
 	return first
+}
+
+// MaxBatchBytes is the memory the largest possible batch takes: the
+// BatchSize largest samples of the datasets (repeated when a batch is
+// larger than the datasets), rounded as the arena allocates. A memory
+// budget below it cannot be kept.
+func (l *Loader) MaxBatchBytes() int64 {
+	k := l.opts.BatchSize
+	var lens []int64
+	for _, r := range l.readers {
+		lens = append(lens, r.LargestSamples(k)...)
+	}
+	if len(lens) == 0 {
+		return 0
+	}
+	slices.Sort(lens)
+	slices.Reverse(lens)
+	var total int64
+	for i := 0; i < k; i++ {
+		total += lens[i%len(lens)]
+	}
+	if a, ok := l.arena.(allocSizer); ok {
+		total = a.AllocSize(total)
+	}
+	return total
 }

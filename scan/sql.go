@@ -188,16 +188,17 @@ func (r *runner) runSQL(ctx context.Context, stage, tmp string, p int, views map
 		}
 	}
 	q := strings.TrimRight(strings.TrimSpace(r.job.SQL), ";")
+	// Parse and bind the user's query alone first: DuckDB's message then
+	// quotes the query as written, with the position of the mistake,
+	// instead of ffkit's COPY around it.
+	stmt, err := conn.PrepareContext(ctx, q)
+	if err != nil {
+		return nil, 0, sqlError(p, err)
+	}
+	stmt.Close()
 	copyStmt := fmt.Sprintf("COPY (%s) TO %s (FORMAT parquet, COMPRESSION zstd, ROW_GROUP_SIZE %d)", q, sqlString(out), r.job.RowGroupRows)
 	if _, err := conn.ExecContext(ctx, copyStmt); err != nil {
-		var de *duckdb.Error
-		if errors.As(err, &de) {
-			switch de.Type {
-			case duckdb.ErrorTypeParser, duckdb.ErrorTypeBinder, duckdb.ErrorTypeCatalog:
-				return nil, 0, errkind.Wrap(errkind.Usage, fmt.Errorf("scan: --sql on partition %d: %w", p, err))
-			}
-		}
-		return nil, 0, fmt.Errorf("scan: --sql on partition %d: %w", p, err)
+		return nil, 0, sqlError(p, err)
 	}
 	if inputs != nil {
 		st, err := sqlReads(ctx, conn, inputs)
@@ -233,4 +234,17 @@ func (r *runner) runSQL(ctx context.Context, stage, tmp string, p int, views map
 		}
 	}
 	return s.Close()
+}
+
+// sqlError wraps a DuckDB error of the --sql query; a query DuckDB cannot
+// parse or bind is a usage error.
+func sqlError(p int, err error) error {
+	var de *duckdb.Error
+	if errors.As(err, &de) {
+		switch de.Type {
+		case duckdb.ErrorTypeParser, duckdb.ErrorTypeBinder, duckdb.ErrorTypeCatalog:
+			return errkind.Wrap(errkind.Usage, fmt.Errorf("scan: --sql on partition %d: %w", p, err))
+		}
+	}
+	return fmt.Errorf("scan: --sql on partition %d: %w", p, err)
 }

@@ -219,7 +219,7 @@ func runCheckpoint(ctx context.Context, o *checkpointOpts, path string) error {
 	if useFio {
 		bw.Series = append(bw.Series, bench.Series{Name: "fio", Values: fioVals})
 	}
-	lat := bench.Chart{Title: fmt.Sprintf("Latency per %s call (us)", bench.FormatSize(chunk)), Kind: bench.Lines, XLabel: "percentile", YLabel: "us",
+	lat := bench.Chart{Title: fmt.Sprintf("Latency per %s call (us)", bench.FormatSize(chunk)), Kind: bench.Lines, Scale: bench.ScaleAuto, XLabel: "percentile", YLabel: "us",
 		Categories: latencyCategories, Series: []bench.Series{{Name: "write", Values: latencyValues(doc.Write.Latency)}, {Name: "read", Values: latencyValues(doc.Read.Latency)}}}
 	rep := &bench.Report{Title: "ffkit bench checkpoint", Meta: reportMeta(), Data: doc,
 		Sections: []bench.Section{{Heading: "Throughput", Charts: []bench.Chart{bw}}, {Heading: "Latency", Charts: []bench.Chart{lat}}, {Tables: []bench.Table{t}}}}

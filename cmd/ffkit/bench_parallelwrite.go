@@ -215,7 +215,7 @@ func runParallelWrite(ctx context.Context, o *parallelWriteOpts, path string) er
 		charts = append(charts, bench.Chart{Title: "ffkit vs fio (MiB/s)", XLabel: fmt.Sprintf("%d writers", o.procs), YLabel: "MiB/s",
 			Categories: []string{"aggregate"}, Series: []bench.Series{{Name: "ffkit", Values: []float64{doc.AggregateMiBPerSec}}, {Name: "fio", Values: []float64{fv}}}})
 	}
-	lat := bench.Chart{Title: "Write call latency (us)", Kind: bench.Lines, XLabel: "percentile", YLabel: "us", Categories: latencyCategories,
+	lat := bench.Chart{Title: "Write call latency (us)", Kind: bench.Lines, Scale: bench.ScaleAuto, XLabel: "percentile", YLabel: "us", Categories: latencyCategories,
 		Series: []bench.Series{{Name: "ffkit write", Values: latencyValues(doc.WriteLatency)}}}
 	report := &bench.Report{Title: "ffkit bench parallel-write", Meta: reportMeta(), Data: doc,
 		Sections: []bench.Section{{Heading: "Bandwidth", Charts: charts}, {Heading: "Latency", Charts: []bench.Chart{lat}}, {Tables: []bench.Table{t, sum}}}}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -29,6 +30,7 @@ type benchReadFlags struct {
 	fio         bool
 	seed        uint64
 	rounds      int
+	report      string
 }
 
 // benchReadResult is the JSON document of `ffkit bench read`.
@@ -67,14 +69,18 @@ type benchReadResult struct {
 	// LocalShare: the part of those bytes read by short-circuit reads of
 	// chunk files on this host.
 	LocalShare float64 `json:"local_share,omitempty"`
-	// fio 4 KiB random reads on the dataset's full-size files (--fio)
-	FioIOPS    float64            `json:"fio_iops,omitempty"`
-	FioEngine  string             `json:"fio_engine,omitempty"`
-	FioFiles   []string           `json:"fio_files,omitempty"`
-	FioRatio   float64            `json:"fio_ratio,omitempty"`
-	Seconds    float64            `json:"seconds_per_phase"`
-	Rounds     int                `json:"rounds"`
-	Comparison []bench.Comparison `json:"comparisons"`
+	// fio random reads of the dataset's median sample size (rounded up
+	// to 4 KiB) on its full-size files (--fio): its IOPS are reads of a
+	// sample's size, comparable with samples/s, and its MiB/s with ours.
+	FioBlockSize int64              `json:"fio_block_bytes,omitempty"`
+	FioMiBPerSec float64            `json:"fio_mib_s,omitempty"`
+	FioIOPS      float64            `json:"fio_iops,omitempty"`
+	FioEngine    string             `json:"fio_engine,omitempty"`
+	FioFiles     []string           `json:"fio_files,omitempty"`
+	FioRatio     float64            `json:"fio_ratio,omitempty"`
+	Seconds      float64            `json:"seconds_per_phase"`
+	Rounds       int                `json:"rounds"`
+	Comparison   []bench.Comparison `json:"comparisons"`
 }
 
 func newBenchReadCmd() *cobra.Command {
@@ -86,9 +92,10 @@ func newBenchReadCmd() *cobra.Command {
 merge, parallel reads, checksum checks) and report samples/s, MiB/s and the
 batch latency p50/p99. In the same run, a baseline reads random samples with
 one plain pread each, with the same number of reads in flight; the ratio is
-ffkit's samples/s over the baseline's. With --fio, fio's 4 KiB random-read
-IOPS (io_uring, O_DIRECT with --direct, iodepth 64, one job) on the same
-files is measured too: the dataset's full-size files (at least half the
+ffkit's samples/s over the baseline's. With --fio, fio's random reads of
+the dataset's median sample size (rounded up to 4 KiB, so IOPS compare with
+samples/s and MiB/s with MiB/s; io_uring, O_DIRECT with --direct, iodepth
+64, one job) on the same files are measured too: the dataset's full-size files (at least half the
 largest; a small last shard would be a hot spot fio hits as often as the
 others), with each read going to one of them at random.
 By default 4 batches are in flight with 16 reads each: 64 reads in flight,
@@ -99,7 +106,8 @@ their last reads).
 
 Reads are made cold first: with --direct the page cache is bypassed (O_DIRECT);
 otherwise the dataset's files are evicted from the page cache before each
-phase, and the cache state is printed next to the figures.`,
+phase, and the cache state is printed next to the figures.
+--report FILE.html also writes the results as a self-contained HTML page.`,
 		Example: `  ffkit bench read train/ --duration 5s
   ffkit bench read small4k.ffr --direct --fio --json`,
 		Args: cobra.MinimumNArgs(1),
@@ -114,7 +122,8 @@ phase, and the cache state is printed next to the figures.`,
 	c.Flags().IntVar(&f.maxInFlight, "max-in-flight", 0, "reads in flight in all batches together, shared (0: --parallelism x --batches-in-flight); the baseline keeps as many preads in flight")
 	c.Flags().Int64Var(&f.mergeGap, "merge-gap", 0, "merge reads whose gap is at most this many bytes (0 = default, -1 = never)")
 	c.Flags().BoolVar(&f.noVerify, "no-verify", false, "skip the sample checksum checks")
-	c.Flags().BoolVar(&f.fio, "fio", false, "also measure fio 4 KiB random reads (io_uring, iodepth 64) on the dataset's full-size files")
+	c.Flags().BoolVar(&f.fio, "fio", false, "also measure fio random reads of the median sample size (io_uring, iodepth 64) on the dataset's full-size files")
+	c.Flags().StringVar(&f.report, "report", "", "also write a self-contained HTML page with charts to `FILE.html`")
 	c.Flags().Uint64Var(&f.seed, "seed", 1, "seed of the random batches")
 	c.Flags().IntVar(&f.rounds, "rounds", 3, "alternate the phases this many times (each gets duration/rounds per round), so load from other processes falls on all of them alike")
 	return c
@@ -128,6 +137,8 @@ func runBenchRead(ctx context.Context, paths []string, f benchReadFlags) error {
 		return usagef("--duration must be positive, got %s", f.duration)
 	case f.parallelism <= 0 || f.inflight <= 0 || f.rounds <= 0:
 		return usagef("--parallelism, --batches-in-flight and --rounds must be positive")
+	case f.report != "" && !strings.HasSuffix(strings.ToLower(f.report), ".html"):
+		return usagef("--report %q: the report is HTML, name it FILE.html", f.report)
 	case f.maxInFlight < 0:
 		return usagef("--max-in-flight must not be negative, got %d", f.maxInFlight)
 	}
@@ -253,6 +264,9 @@ func runBenchRead(ctx context.Context, paths []string, f benchReadFlags) error {
 	var reqBatches int64
 	_, counted := fs.SumReadStats(fsyses)
 	var fioIOPS []float64
+	// fio reads one median sample per request, so its IOPS are samples/s.
+	fioBS := max((st.MedianLen+4095)/4096*4096, 4096)
+	fioName := fmt.Sprintf("fio randread %s", bench.FormatBytes(fioBS))
 	for round := range f.rounds {
 		cold()
 		progress(fmt.Sprintf("round %d/%d: ffkit ReadBatch, %d batches of %d in flight, %s", round+1, f.rounds, f.inflight, f.batchSize, slice))
@@ -273,9 +287,9 @@ func runBenchRead(ctx context.Context, paths []string, f benchReadFlags) error {
 		}
 		base = append(base, b)
 		if fioOK {
-			progress(fmt.Sprintf("round %d/%d: fio 4 KiB randread, iodepth 64, on %d file(s) of the dataset", round+1, f.rounds, len(fioFiles)))
+			progress(fmt.Sprintf("round %d/%d: %s, iodepth 64, on %d file(s) of the dataset", round+1, f.rounds, fioName, len(fioFiles)))
 			fr, err := bench.RunFio(ctx, bench.FioJob{Filenames: fioFiles, SpreadFiles: true, RW: "randread",
-				BlockSize: 4096, IODepth: 64, Direct: f.direct, Runtime: slice, RampTime: f.warmup,
+				BlockSize: fioBS, IODepth: 64, Direct: f.direct, Runtime: slice, RampTime: f.warmup,
 				Extra: []string{"--readonly"}})
 			if err != nil {
 				warnf("fio: %v", err)
@@ -326,16 +340,37 @@ func runBenchRead(ctx context.Context, paths []string, f benchReadFlags) error {
 		for _, v := range fioIOPS {
 			res.FioIOPS += v / float64(len(fioIOPS))
 		}
+		res.FioBlockSize = fioBS
+		res.FioMiBPerSec = res.FioIOPS * float64(fioBS) / bench.MiB
 		res.FioRatio = res.SamplesPerSec / res.FioIOPS
-		res.Comparison = append(res.Comparison, bench.Compare("samples/s vs IOPS", res.SamplesPerSec, res.FioIOPS,
-			"fio randread 4 KiB "+res.FioEngine+" iodepth 64"))
+		res.Comparison = append(res.Comparison, bench.Compare("samples/s vs reads/s of the median sample size", res.SamplesPerSec, res.FioIOPS,
+			fioName+" "+res.FioEngine+" iodepth 64"))
 	}
 
+	t := benchReadTable(res, f, st.MedianLen, workers, bc.Latency, counted, slice)
+	if f.report != "" {
+		if err := bench.WriteReportFile(f.report, benchReadReport(res, t, bc.Latency)); err != nil {
+			return err
+		}
+	}
 	if jsonOut {
 		return printJSON(res)
 	}
+	if err := t.Write(human()); err != nil {
+		return err
+	}
+	if f.report != "" {
+		fmt.Fprintf(human(), "report: %s\n", f.report)
+	}
+	return nil
+}
+
+// benchReadTable is the result table of bench read (terminal and report).
+func benchReadTable(res benchReadResult, f benchReadFlags, median int64, workers int, baseLat bench.Latency, counted bool, slice time.Duration) bench.Table {
+	n, files := res.Samples, res.Files
+	bc := struct{ Latency bench.Latency }{baseLat}
 	t := bench.Table{
-		Title:  fmt.Sprintf("bench read: %d samples in %d file(s), median sample %s, batch %d, %s", n, len(files), bench.FormatBytes(st.MedianLen), f.batchSize, res.Cache),
+		Title:  fmt.Sprintf("bench read: %d samples in %d file(s), median sample %s, batch %d, %s", n, files, bench.FormatBytes(median), f.batchSize, res.Cache),
 		Header: []string{"reader", "samples/s", "MiB/s", "p50 ms", "p99 ms", "ratio"},
 	}
 	var reqCols, blank []string // storage requests per batch, bytes per request
@@ -349,7 +384,8 @@ func runBenchRead(ctx context.Context, paths []string, f benchReadFlags) error {
 	t.AddRow(append([]string{fmt.Sprintf("plain pread x%d", workers), bench.FormatFloat(res.BaselineSamplesPerSec, 0), bench.FormatFloat(res.BaselineMiBPerSec, 1),
 		bench.FormatFloat(bc.Latency.P50US/1000, 2), bench.FormatFloat(bc.Latency.P99US/1000, 2), "1.00x"}, blank...)...)
 	if res.FioIOPS > 0 {
-		t.AddRow(append([]string{"fio randread 4 KiB " + res.FioEngine + " qd64", bench.FormatFloat(res.FioIOPS, 0), "", "", "", bench.FormatRatio(res.FioRatio)}, blank...)...)
+		t.AddRow(append([]string{fmt.Sprintf("fio randread %s %s qd64", bench.FormatBytes(res.FioBlockSize), res.FioEngine), bench.FormatFloat(res.FioIOPS, 0),
+			bench.FormatFloat(res.FioMiBPerSec, 1), "", "", bench.FormatRatio(res.FioRatio)}, blank...)...)
 	}
 	if counted {
 		t.Notes = append(t.Notes, fmt.Sprintf("ffkit ReadBatch on the cluster: %s storage requests per batch of %d samples, %s per request, %s merged ranges per request, %.0f%% of the bytes read locally (short-circuit)",
@@ -359,8 +395,30 @@ func runBenchRead(ctx context.Context, paths []string, f benchReadFlags) error {
 		"ffkit latencies are per batch; the baseline's are per pread",
 		fmt.Sprintf("ratio = ffkit samples/s over the row's samples/s; %d batches of %d in flight, up to %d reads each, %d in all", f.inflight, f.batchSize, f.parallelism, res.MaxInFlight),
 		fmt.Sprintf("%d rounds alternating the rows, %s each per round, made cold before each", f.rounds, slice))
+	if res.FioIOPS > 0 {
+		t.Notes = append(t.Notes, fmt.Sprintf("fio reads %s per request (the median sample, rounded up to 4 KiB): its reads/s compare with samples/s", bench.FormatBytes(res.FioBlockSize)))
+	}
 	if !f.direct {
 		t.Notes = append(t.Notes, "without --direct the page cache refills during each phase: a dataset smaller than memory is soon read warm; --direct measures the device")
 	}
-	return t.Write(human())
+	return t
+}
+
+// benchReadReport is the --report page of bench read.
+func benchReadReport(res benchReadResult, t bench.Table, baseLat bench.Latency) *bench.Report {
+	cats := []string{"ffkit ReadBatch", "plain pread"}
+	vals := []float64{res.SamplesPerSec, res.BaselineSamplesPerSec}
+	mib := []float64{res.MiBPerSec, res.BaselineMiBPerSec}
+	if res.FioIOPS > 0 {
+		cats = append(cats, "fio "+bench.FormatBytes(res.FioBlockSize))
+		vals = append(vals, res.FioIOPS)
+		mib = append(mib, res.FioMiBPerSec)
+	}
+	rate := bench.Chart{Title: "Samples/s (fio: reads of the median sample size per second)", XLabel: "reader", YLabel: "samples/s",
+		Categories: cats, Series: []bench.Series{{Name: "samples/s", Values: vals}}}
+	bw := bench.Chart{Title: "Throughput (MiB/s)", XLabel: "reader", YLabel: "MiB/s", Categories: cats, Series: []bench.Series{{Name: "MiB/s", Values: mib}}}
+	lat := bench.Chart{Title: "Latency (us): ffkit per batch, baseline per pread", Kind: bench.Lines, Scale: bench.ScaleAuto, XLabel: "percentile", YLabel: "us",
+		Categories: latencyCategories, Series: []bench.Series{{Name: "ffkit batch", Values: latencyValues(res.BatchLatency)}, {Name: "pread", Values: latencyValues(baseLat)}}}
+	return &bench.Report{Title: "ffkit bench read", Meta: reportMeta(res.Dataset), Data: res,
+		Sections: []bench.Section{{Heading: "Throughput", Charts: []bench.Chart{rate, bw}}, {Heading: "Latency", Charts: []bench.Chart{lat}}, {Tables: []bench.Table{t}}}}
 }

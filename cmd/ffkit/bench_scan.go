@@ -7,6 +7,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/ffkit/ffkit/bench"
+	"github.com/ffkit/ffkit/internal/units"
 	"github.com/ffkit/ffkit/scan"
 )
 
@@ -15,6 +16,7 @@ func init() { registerBench(newBenchScanCmd) }
 func newBenchScanCmd() *cobra.Command {
 	var o scan.BenchOptions
 	var repSize string
+	memory := units.Size(2 * units.GiB)
 	c := &cobra.Command{
 		Use:   "scan",
 		Short: "Columnar scan jobs next to DuckDB (duckdb-go) on the same generated data",
@@ -37,7 +39,7 @@ The hash repartition is also reported in uncompressed MiB/s per core next
 to SmallPond's GraySort (110.5 TiB in 30 min 14 s on 50 x 192 cores); with
 --repartition-size it runs on a separate input of that many uncompressed
 bytes (generated once into --dir, streamed by both engines; DuckDB gets
---duckdb-memory, ffkit's buffers are bounded by its row-group byte caps).
+--memory-budget, ffkit's buffers are bounded by its row-group byte caps).
 Each measurement starts with one untimed run of each engine, and the order
 alternates between runs.`,
 		Args: cobra.NoArgs,
@@ -49,6 +51,11 @@ alternates between runs.`,
 				}
 				o.RepartitionBytes = n
 			}
+			if memory < 1 {
+				return usagef("--memory-budget %s: want a positive size such as 2G", memory.String())
+			}
+			// DuckDB reads "NB" as N bytes.
+			o.MemoryLimit = fmt.Sprintf("%dB", int64(memory))
 			scanGC() // as ffkit scan runs
 			o.Log = func(format string, a ...any) { fmt.Fprintf(cmd.ErrOrStderr(), "bench scan: "+format+"\n", a...) }
 			res, err := scan.Bench(cmd.Context(), o)
@@ -82,12 +89,14 @@ alternates between runs.`,
 	f := c.Flags()
 	f.Int64Var(&o.Rows, "rows", 5_000_000, "rows of generated data")
 	f.StringVar(&o.Dir, "dir", "", "directory for the data and outputs (default: a temporary one, removed)")
-	f.IntVar(&o.Workers, "workers", 0, "ffkit workers and DuckDB threads (default: CPUs)")
+	f.IntVar(&o.Workers, "workers", 0, "bounds ffkit's parallel tasks and DuckDB's threads alike (0: one per CPU)")
 	f.IntVar(&o.Runs, "runs", 5, "runs per engine per measurement, interleaved with alternating order (median reported)")
 	f.IntVar(&o.Partitions, "partitions", 16, "partitions of the hash repartition")
 	f.StringVar(&repSize, "repartition-size", "", "time the hash repartition on a separate generated input of this uncompressed size (e.g. 4G; default: the --rows data)")
 	f.StringSliceVar(&o.Only, "only", nil, "run only these measurements: "+strings.Join(scan.BenchQueries, ", "))
 	f.IntVar(&o.RepartitionRuns, "repartition-runs", 1, "runs per engine of the --repartition-size repartition")
-	f.StringVar(&o.MemoryLimit, "duckdb-memory", "2GB", "DuckDB memory_limit for the --repartition-size input")
+	f.Var(&memory, "memory-budget", "bound on DuckDB's memory while it generates and repartitions the --repartition-size input (K, M, G suffixes)")
+	f.Var(&memory, "duckdb-memory", "old name of --memory-budget")
+	_ = f.MarkDeprecated("duckdb-memory", "use --memory-budget")
 	return c
 }

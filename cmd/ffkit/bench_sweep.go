@@ -476,7 +476,7 @@ func sweepOutput(doc *sweepDoc, useFio bool) ([]bench.Table, *bench.Report) {
 	if useFio {
 		vs.Series = append(vs.Series, fio)
 	}
-	lat := bench.Chart{Title: "Latency percentiles (us; " + doc.LatencyNote + ")", XLabel: "block size, queue depth, threads", YLabel: "us",
+	lat := bench.Chart{Title: "Latency percentiles (us; " + doc.LatencyNote + ")", Scale: bench.ScaleAuto, XLabel: "block size, queue depth, threads", YLabel: "us",
 		Categories: labels, Series: []bench.Series{p50, p90, p99}}
 	rep := &bench.Report{
 		Title: "ffkit bench sweep", Data: doc,

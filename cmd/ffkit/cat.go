@@ -21,14 +21,18 @@ func newCatCmd() *cobra.Command {
 		Long: `Write the listed samples' raw bytes to stdout, in the given order, with
 nothing between them. INDEX is a global sample index or a range A:B (A
 included, B excluded; A defaults to 0 and B to the number of samples).
-Checksums are verified unless --no-verify.`,
+Checksums are verified unless --no-verify. A sample that cannot be read is
+named by its global index and its index in its file; samples of the healthy
+files of a dataset with a damaged file are written as usual.`,
 		Example: "  ffkit cat train.ffr 0 > first.bin\n  ffkit cat train/ 10:20 3 3 > some.bin",
 		Args:    cobra.MinimumNArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if jsonOut {
 				return usagef("cat writes the samples' raw bytes; --json does not apply")
 			}
-			r, err := ffrecord.Open(cmd.Context(), args[:1], ffrecord.ReadOptions{NoVerify: noVerify,
+			// Samples of healthy files stay readable when another file of
+			// the dataset is damaged.
+			r, err := ffrecord.Open(cmd.Context(), args[:1], ffrecord.ReadOptions{NoVerify: noVerify, AllowDamaged: true,
 				Warn: func(m string) { warnf("%s", m) }})
 			if err != nil {
 				return err

@@ -117,7 +117,8 @@ func startUp(t *testing.T, dir string) *upCluster {
 			} else if f := strings.Fields(l); len(f) == 3 && f[0] == "pid" {
 				u.pids[f[1]], _ = strconv.Atoi(f[2])
 			}
-			if u.url != "" && u.pids["storage-3"] != 0 {
+			// Every service's pid is on stdout, the metadata servers' last.
+			if u.url != "" && u.pids["storage-3"] != 0 && u.pids[fmt.Sprintf("meta-%d", upMetaServers)] != 0 {
 				return u
 			}
 		case <-timeout:

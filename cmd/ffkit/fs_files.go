@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"path"
 	"path/filepath"
@@ -21,6 +22,7 @@ import (
 	_ "github.com/ffkit/ffkit/fs/clusterfs" // ffkit:// paths everywhere
 	"github.com/ffkit/ffkit/fs/proto"
 	"github.com/ffkit/ffkit/internal/errkind"
+	"github.com/ffkit/ffkit/internal/units"
 )
 
 func init() {
@@ -273,8 +275,15 @@ func copyTree(ctx context.Context, sf fs.FS, sp string, df fs.FS, dp string, par
 	if err != nil {
 		return nil, err
 	}
+	// cp -r's convention: into an existing directory under SRC's name;
+	// else DST is the copy, and its parent must exist.
 	if dst, err := df.Stat(ctx, dp); err == nil && dst.IsDir {
 		dp = fs.Join(dp, path.Base(strings.TrimSuffix(filepath.ToSlash(sp), "/")))
+	} else if err != nil {
+		parent := path.Dir(strings.TrimSuffix(filepath.ToSlash(dp), "/"))
+		if pst, perr := df.Stat(ctx, parent); perr != nil || !pst.IsDir {
+			return nil, &missingParentError{parent: parent, err: fs.ErrNotExist}
+		}
 	}
 	stats := &copyStats{}
 	start := time.Now()
@@ -327,6 +336,16 @@ func copyTree(ctx context.Context, sf fs.FS, sp string, df fs.FS, dp string, par
 	stats.Seconds = time.Since(start).Seconds()
 	return stats, err
 }
+
+// missingParentError: the destination of a copy does not exist and
+// neither does its parent directory.
+type missingParentError struct {
+	parent string
+	err    error
+}
+
+func (e *missingParentError) Error() string { return e.parent + ": no such directory" }
+func (e *missingParentError) Unwrap() error { return e.err }
 
 const copyBlock = 4 << 20
 
@@ -391,6 +410,13 @@ func newCopyCmd(use, short, long string) *cobra.Command {
 			return err
 		}
 		st, err := copyTree(ctx, sf, sp, df, dp, parallel)
+		var mp *missingParentError
+		if errors.As(err, &mp) {
+			p := strings.TrimSuffix(args[1], "/")
+			parent := p[:max(strings.LastIndexByte(p, '/'), 0)]
+			return errkind.Wrap(errkind.Data, fmt.Errorf("%s: its parent directory %s does not exist (as cp -r, the copy goes to an existing directory or becomes a new entry of one): create it first with 'ffkit fs mkdir %s' (or 'mkdir -p' for a local path): %w",
+				args[1], parent, parent, mp.err))
+		}
 		if errors.Is(err, fs.ErrNotExist) {
 			return errkind.Wrap(errkind.Data, err) // exit 1; the message names the path
 		}
@@ -400,11 +426,7 @@ func newCopyCmd(use, short, long string) *cobra.Command {
 		if jsonOut {
 			return printJSON(st)
 		}
-		mbs := 0.0
-		if st.Seconds > 0 {
-			mbs = float64(st.Bytes) / st.Seconds / 1e6
-		}
-		fmt.Fprintf(human(), "%d files, %d directories, %d bytes in %.2fs (%.1f MB/s)\n", st.Files, st.Dirs, st.Bytes, st.Seconds, mbs)
+		fmt.Fprintf(human(), "%d files, %d directories, %d bytes in %.2fs (%.1f MiB/s)\n", st.Files, st.Dirs, st.Bytes, st.Seconds, units.MiBPerS(st.Bytes, st.Seconds))
 		return nil
 	}
 	return c
@@ -413,16 +435,18 @@ func newCopyCmd(use, short, long string) *cobra.Command {
 func newFSPutCmd() *cobra.Command {
 	return newCopyCmd("put LOCAL REMOTE", "Copy a local file or directory tree onto the cluster",
 		`Copy LOCAL (a file, or a directory with everything in it) to REMOTE
-(ffkit://HOST:PORT/path). If REMOTE is an existing directory, LOCAL goes
-inside it under its own name. Each file is published atomically when it is
-complete. With --json: {"files","dirs","bytes","seconds"}.`)
+(ffkit://HOST:PORT/path), as cp -r does: if REMOTE is an existing
+directory, LOCAL goes inside it under its own name; otherwise REMOTE becomes
+the copy, and its parent directory must exist (create it with 'ffkit fs
+mkdir'). Each file is published atomically when it is complete. With --json: {"files","dirs","bytes","seconds"}.`)
 }
 
 func newFSGetCmd() *cobra.Command {
 	return newCopyCmd("get REMOTE LOCAL", "Copy a file or directory tree from the cluster to local disk",
 		`Copy REMOTE (ffkit://HOST:PORT/path: a file, or a directory with everything
-in it) to LOCAL. If LOCAL is an existing directory, REMOTE goes inside it
-under its own name. Each file is written under a temporary name and renamed
+in it) to LOCAL, as cp -r does: if LOCAL is an existing directory, REMOTE
+goes inside it under its own name; otherwise LOCAL becomes the copy, and
+its parent directory must exist. Each file is written under a temporary name and renamed
 when complete. With --json: {"files","dirs","bytes","seconds"}.`)
 }
 
@@ -439,8 +463,8 @@ type dfTarget struct {
 	// Used is the bytes of chunk data the target holds (committed).
 	Used int64 `json:"used_bytes"`
 	Free int64 `json:"free_bytes"`
-	// UsePct is the file system's fill, 100*(capacity-free)/capacity, as
-	// df(1) shows it (the disk may hold more than ffkit's chunks).
+	// UsePct is the file system's fill as df(1) computes it: used / (used + free),
+	// the whole file system's use, not only ffkit's chunks.
 	UsePct float64 `json:"use_pct"`
 	FS     string  `json:"fs,omitempty"`
 	// AgeSec is how old the report is (seconds); -1 if none was received.
@@ -466,11 +490,14 @@ func newFSDfCmd() *cobra.Command {
 		Short: "Show the capacity and use of every storage target of a cluster",
 		Long: `Show, for every storage target: its id, node, chain, state, the capacity of
 its file system, the bytes its chunks use, the bytes free, and the file
-system's use% (100*(capacity-free)/capacity, as df(1)); then the totals.
+system's use% (df(1)'s: used / (used + available)); then the totals.
 Storage services measure their targets (statfs) and report them to mgmtd in
 every heartbeat, so the figures are at most a heartbeat old. Total capacity
-and free count each file system once (targets sharing a disk report the same
-one); total used sums the targets (every replica counts). The file count and
+and free count each file system once (targets on one host sharing a disk,
+whether one storage process or several serve them); total used sums the
+targets' chunk data (every replica counts). USE% is df(1)'s: the file
+system's used blocks over used plus available, rounded up; a mount of the
+cluster reports the same capacity and free space to df(1). The file count and
 logical bytes come from the metadata (published files).
 With --json: {"cluster","files","bytes","capacity_bytes","used_bytes",
 "free_bytes","use_pct","targets":[{"target","node","addr","chain","state",
@@ -524,7 +551,7 @@ func dfPct(capacity int64, pct float64) string {
 	if capacity <= 0 {
 		return "-"
 	}
-	return fmt.Sprintf("%.0f%%", pct)
+	return fmt.Sprintf("%.0f%%", math.Ceil(pct))
 }
 
 // dfHuman formats n bytes with a binary unit (B, KiB, MiB, GiB, TiB).
@@ -600,9 +627,11 @@ func diskUse(ctx context.Context, f *clusterfs.FS) (*dfReport, error) {
 		if u, ok := space[id]; ok {
 			t.Capacity, t.Used, t.Free, t.FS = u.Capacity, u.Used, u.Free, u.FS
 			t.AgeSec = time.Since(time.Unix(0, u.Reported)).Seconds()
-			if t.Capacity > 0 {
-				t.UsePct = 100 * float64(t.Capacity-t.Free) / float64(t.Capacity)
+			fsUsed := u.FSUsed
+			if fsUsed <= 0 {
+				fsUsed = u.Capacity - u.Free
 			}
+			t.UsePct = dfUsePct(fsUsed, u.Free)
 		}
 		return t
 	}
@@ -619,25 +648,22 @@ func diskUse(ctx context.Context, f *clusterfs.FS) (*dfReport, error) {
 		}
 	}
 	sort.SliceStable(rep.Targets, func(i, j int) bool { return rep.Targets[i].Chain < rep.Targets[j].Chain })
-	type fsKey struct {
-		node proto.NodeID
-		fs   string
-	}
-	seen := map[fsKey]bool{}
 	for _, t := range rep.Targets {
 		rep.Used += t.Used
-		k := fsKey{t.Node, t.FS}
-		if t.FS == "" {
-			k.fs = fmt.Sprintf("target-%d", t.ID) // unknown: count it alone
-		}
-		if t.Capacity > 0 && !seen[k] {
-			seen[k] = true
-			rep.Capacity += t.Capacity
-			rep.Free += t.Free
-		}
 	}
-	if rep.Capacity > 0 {
-		rep.UsePct = 100 * float64(rep.Capacity-rep.Free) / float64(rep.Capacity)
-	}
+	// Each file system once, as the mount's statfs reports it.
+	sum := clusterfs.SumSpace(r, st.Targets)
+	rep.Capacity, rep.Free = sum.Total, sum.Free
+	rep.UsePct = dfUsePct(sum.Used, sum.Free)
 	return rep, nil
+}
+
+// dfUsePct is df(1)'s use%: used / (used + available), where used counts
+// the file system's blocks in use and the reserved blocks count in neither.
+// df rounds it up; dfPct prints it so.
+func dfUsePct(used, avail int64) float64 {
+	if used+avail <= 0 {
+		return 0
+	}
+	return 100 * float64(used) / float64(used+avail)
 }

@@ -5,7 +5,6 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -22,22 +21,6 @@ import (
 )
 
 func init() { registerFS(newFSMetaCmd) }
-
-// metaAddrs turns ffkit://h:p[,h:p][/path] into addresses.
-func metaAddrs(u string) (string, []string, error) {
-	rest := strings.TrimPrefix(u, "ffkit://")
-	if i := strings.IndexByte(rest, '/'); i >= 0 {
-		rest = rest[:i]
-	}
-	var addrs []string
-	for _, a := range strings.Split(rest, ",") {
-		if _, _, err := net.SplitHostPort(a); err != nil {
-			return "", nil, usagef("bad cluster address %q in %q: want ffkit://HOST:PORT", a, u)
-		}
-		addrs = append(addrs, a)
-	}
-	return rest, addrs, nil
-}
 
 // metaToken reads --token-file, else $FFKIT_TOKEN, else the user's token file.
 func metaToken(tokenFile, authority string) (string, error) {
@@ -79,7 +62,7 @@ or SIGTERM stops it.`,
 			if mgmtdURL == "" || kvSpec == "" {
 				return usagef("--mgmtd and --kv are required")
 			}
-			auth, addrs, err := metaAddrs(mgmtdURL)
+			auth, addrs, err := parseClusterURL(mgmtdURL)
 			if err != nil {
 				return err
 			}

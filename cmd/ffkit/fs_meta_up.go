@@ -86,6 +86,7 @@ func startUpMeta(ctx context.Context, c *FSUpCluster) (func() error, error) {
 			fmt.Fprintf(os.Stderr, "ffkit: metadata servers at %s\n", strings.Join(live, ", "))
 			for i, k := range kids {
 				fmt.Fprintf(os.Stderr, "ffkit: metadata server meta-%d pid %d\n", i+1, k.cmd.Process.Pid)
+				c.Pids = append(c.Pids, UpPid{fmt.Sprintf("meta-%d", i+1), k.cmd.Process.Pid})
 			}
 			return stop, nil
 		}

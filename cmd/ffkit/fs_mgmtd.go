@@ -8,7 +8,6 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"time"
 
@@ -16,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/spf13/cobra"
 
+	"github.com/ffkit/ffkit/fs"
 	"github.com/ffkit/ffkit/fs/client"
 	"github.com/ffkit/ffkit/fs/kv"
 	"github.com/ffkit/ffkit/fs/kv/etcdkv"
@@ -24,6 +24,7 @@ import (
 	"github.com/ffkit/ffkit/fs/mgmtd"
 	"github.com/ffkit/ffkit/fs/trust"
 	"github.com/ffkit/ffkit/internal/errkind"
+	"github.com/ffkit/ffkit/internal/units"
 )
 
 func init() { registerFS(newFSMgmtdCmd) }
@@ -79,38 +80,41 @@ func clusterToken(tokenFile, authority string) (string, error) {
 	return client.LookupToken(authority)
 }
 
-// parseClusterURL turns ffkit://h:p[,h:p]/... or h:p into mgmtd addresses.
+// parseClusterURL turns ffkit://h:p[,h:p][/path] or h:p[,h:p] into the
+// authority and the mgmtd addresses, with the one address parser of every
+// ffkit:// path (fs.ParseAuthority): a malformed URL is a usage error.
 func parseClusterURL(u string) (authority string, addrs []string, err error) {
-	rest := strings.TrimPrefix(u, "ffkit://")
-	if i := strings.IndexByte(rest, '/'); i >= 0 {
+	rest := u
+	if fs.IsURL(u) {
+		scheme, auth, _, err := fs.SplitURL(u)
+		if err != nil {
+			return "", nil, err
+		}
+		if scheme != fs.ClusterScheme {
+			return "", nil, usagef("%q is not a cluster URL: want ffkit://HOST:PORT", u)
+		}
+		rest = auth
+	} else if i := strings.IndexByte(rest, '/'); i >= 0 {
 		rest = rest[:i]
 	}
-	for _, a := range strings.Split(rest, ",") {
-		if _, _, err := net.SplitHostPort(a); err != nil {
-			return "", nil, usagef("bad cluster address %q in %q: want ffkit://HOST:PORT", a, u)
-		}
-		addrs = append(addrs, a)
+	addrs, err = fs.ParseAuthority(rest)
+	if err != nil {
+		return "", nil, fmt.Errorf("%w (in %q)", err, u)
 	}
 	return rest, addrs, nil
 }
 
-// parseBytes parses "4MiB", "64KiB", "1048576".
+// parseBytes parses a positive size with the suffixes of every ffkit
+// flag (units.ParseSize): "4MiB", "64K", "1048576".
 func parseBytes(flag, s string) (int64, error) {
-	mult := int64(1)
-	for _, u := range []struct {
-		suf string
-		m   int64
-	}{{"KiB", 1 << 10}, {"MiB", 1 << 20}, {"GiB", 1 << 30}, {"K", 1 << 10}, {"M", 1 << 20}, {"G", 1 << 30}} {
-		if strings.HasSuffix(s, u.suf) {
-			s, mult = strings.TrimSuffix(s, u.suf), u.m
-			break
-		}
+	n, err := units.ParseSize(s)
+	if err != nil {
+		return 0, usagef("%s: %v", flag, err)
 	}
-	n, err := strconv.ParseInt(s, 10, 64)
-	if err != nil || n <= 0 {
-		return 0, usagef("%s: bad size %q (want e.g. 4MiB)", flag, s)
+	if n <= 0 {
+		return 0, usagef("%s: %q is not a positive size (want e.g. 4MiB)", flag, s)
 	}
-	return n * mult, nil
+	return n, nil
 }
 
 // serveMetrics serves a registry at http://addr/metrics until ctx ends.

@@ -1,9 +1,11 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
+	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -147,6 +149,10 @@ in it) fails with "device or resource busy" unless --lazy detaches it.`,
 				return usagef("%s is not a FUSE mount", args[0])
 			}
 			if err := fuse.Unmount(mnt, lazy); err != nil {
+				if !lazy && errors.Is(err, syscall.EBUSY) {
+					return fmt.Errorf("%w\n%s is busy: a process has its working directory or a file open in it; stop it (see 'fuser -vm %s'), or detach the mount now with 'ffkit fs umount --lazy %s' (released when its last user leaves)",
+						err, args[0], args[0], args[0])
+				}
 				return err
 			}
 			fmt.Fprintf(human(), "unmounted %s\n", args[0])

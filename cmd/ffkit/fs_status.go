@@ -28,7 +28,7 @@ func newFSStatusCmd() *cobra.Command {
 	var cluster, tokenFile string
 	var timeout time.Duration
 	c := &cobra.Command{
-		Use:   "status --cluster ffkit://HOST:PORT",
+		Use:   "status ffkit://HOST:PORT",
 		Short: "Show the routing version and every chain's targets and states",
 		Long: `Show the cluster's routing as mgmtd publishes it: the routing version and,
 for each chain, its version and its targets in chain order (head first)
@@ -36,11 +36,18 @@ with their storage node and state (serving, syncing, waiting, lastsrv,
 offline). With --json: {"routing_version": N, "chains": [{"id", "version",
 "targets": [{"id", "node", "state"}]}], "nodes": [{"id", "addr"}],
 "space": [{"id", "node", "used", "capacity", "free", "fs", "reported_ns"}]}
-(space: each target's latest heartbeat report; see fs df).`,
-		Args: cobra.NoArgs,
+(space: each target's latest heartbeat report; see fs df).
+The cluster URL is the argument, as for every fs command (--cluster URL is
+the old spelling, still accepted).`,
+		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if cluster == "" {
-				return usagef("--cluster ffkit://HOST:PORT is required")
+			switch {
+			case len(args) == 1 && cluster != "" && args[0] != cluster:
+				return usagef("two cluster URLs: %s and --cluster %s", args[0], cluster)
+			case len(args) == 1:
+				cluster = args[0]
+			case cluster == "":
+				return usagef("fs status needs the cluster URL: ffkit fs status ffkit://HOST:PORT")
 			}
 			auth, addrs, err := parseClusterURL(cluster)
 			if err != nil {
@@ -90,7 +97,8 @@ offline). With --json: {"routing_version": N, "chains": [{"id", "version",
 			return nil
 		},
 	}
-	c.Flags().StringVar(&cluster, "cluster", "", "cluster URL, ffkit://HOST:PORT (required)")
+	c.Flags().StringVar(&cluster, "cluster", "", "old spelling of the URL argument")
+	_ = c.Flags().MarkDeprecated("cluster", "pass the cluster URL as the argument: ffkit fs status ffkit://HOST:PORT")
 	c.Flags().StringVar(&tokenFile, "token-file", "", "file holding the cluster token (default: $FFKIT_TOKEN, else ~/.config/ffkit/tokens.json)")
 	c.Flags().DurationVar(&timeout, "timeout", 5*time.Second, "how long to wait for mgmtd")
 	return c

@@ -42,6 +42,15 @@ type FSUpCluster struct {
 	// TLSLoopback: children use TLS on loopback too (--tls-loopback).
 	Trust       *trust.Bundle
 	TLSLoopback bool
+	// Pids: a hook adds its processes (name, pid); fs up prints them on
+	// stdout with the others ("pid NAME PID").
+	Pids []UpPid
+}
+
+// UpPid is one process of `ffkit fs up`.
+type UpPid struct {
+	Name string
+	Pid  int
 }
 
 // FSUpHook starts one more service inside `ffkit fs up` after the data
@@ -83,7 +92,7 @@ directories under DIR/storage-N, chains of --replicas targets.
 
 The first line on stdout is the cluster URL, ffkit://HOST:PORT, printed only
 once the cluster is ready (every target serving, every service answering);
-then one line per process id. Ctrl-C or SIGTERM stops everything. A later
+then one line per process, "pid NAME PID" (mgmtd, storage-N, meta-N). Ctrl-C or SIGTERM stops everything. A later
 'ffkit fs up --dir DIR' brings the same cluster back with its data, on the
 same URL (the shape flags are then taken from DIR/cluster.json).
 
@@ -284,6 +293,9 @@ func runFSUp(cmd *cobra.Command, dir, listen, metrics string, cfg upConfig, time
 	fmt.Fprintf(out, "pid mgmtd %d\n", os.Getpid())
 	for _, ch := range children {
 		fmt.Fprintf(out, "pid %s %d\n", ch.name, ch.cmd.Process.Pid)
+	}
+	for _, p := range info.Pids {
+		fmt.Fprintf(out, "pid %s %d\n", p.Name, p.Pid)
 	}
 	if f, ok := out.(*os.File); ok {
 		f.Sync()

@@ -2,7 +2,6 @@ package main
 
 import (
 	"bufio"
-	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -11,9 +10,11 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/ffkit/ffkit/bench"
 	"github.com/ffkit/ffkit/fs"
+	"github.com/ffkit/ffkit/internal/units"
 	"github.com/ffkit/ffkit/loader"
 )
 
@@ -61,13 +62,15 @@ type loadSummary struct {
 
 func newLoadCmd() *cobra.Command {
 	var (
-		o                     loader.Options
-		printIdx              bool
-		saveState, resume     string
-		stopAfter             int64
-		ioConfig, budget, bad string
-		weights               string
-		watchdog              time.Duration
+		o                 loader.Options
+		printIdx          bool
+		saveState, resume string
+		stopAfter         int64
+		ioConfig, bad     string
+		weights           string
+		watchdog          time.Duration
+		noShuffle         bool
+		budget            = units.Size(loader.DefaultMemoryBudget)
 	)
 	c := &cobra.Command{
 		Use:   "load PATH...",
@@ -77,8 +80,9 @@ directories of *.ffr, local paths or ffkit:// URLs) as one rank of a job
 would, and reports samples/s, MiB/s and how long the consumer waited.
 
 The order is a pure function of (seed, epoch, dataset size, rank, world
-size, batch size, drop-last): an exact permutation per epoch with
---shuffle, split among ranks like PyTorch's DistributedSampler (padding by
+size, batch size, drop-last): an exact pseudorandom permutation per epoch
+(the default, as ffkit.Loader in Python; --no-shuffle reads in index
+order), split among ranks like PyTorch's DistributedSampler (padding by
 wrapping so every rank gets the same number of batches).
 
 --print-indices prints one line per batch, the sample indices in delivery
@@ -93,13 +97,23 @@ other data is refused.
 
 Several PATHs are one dataset; with --weights they are a weighted mixture
 (one weight per PATH) with exact proportions per epoch.`,
-		Example: `  ffkit load /data/train --batch-size 256 --shuffle --seed 1 --epochs 2
-  ffkit load /data/train --shuffle --rank 0 --world-size 8 --print-indices
-  ffkit load /data/train --shuffle --save-state s.json --stop-after-batches 100
-  ffkit load /data/train --shuffle --resume s.json --rank 1 --world-size 4`,
+		Example: `  ffkit load /data/train --batch-size 256 --seed 1 --epochs 2
+  ffkit load /data/train --rank 0 --world-size 8 --print-indices
+  ffkit load /data/train --no-shuffle --print-indices
+  ffkit load /data/train --save-state s.json --stop-after-batches 100
+  ffkit load /data/train --resume s.json --rank 1 --world-size 4`,
 		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			f := cmd.Flags()
+			if err := checkLoadFlags(f, o, watchdog); err != nil {
+				return err
+			}
+			if noShuffle {
+				if f.Changed("shuffle") && o.Shuffle {
+					return usagef("--shuffle and --no-shuffle contradict each other")
+				}
+				o.Shuffle = false
+			}
 			if ioConfig != "" {
 				cfg, err := bench.ReadIOConfig(ioConfig)
 				if err != nil {
@@ -112,13 +126,10 @@ Several PATHs are one dataset; with --weights they are a weighted mixture
 					o.Direct = cfg.Direct
 				}
 			}
-			if budget != "" {
-				n, err := parseLoadBytes(budget)
-				if err != nil {
-					return usagef("--memory-budget: %v", err)
-				}
-				o.MemoryBudget = n
+			if budget < 1 {
+				return usagef("--memory-budget %s: want a positive size such as 256MiB", budget.String())
 			}
+			o.MemoryBudget = int64(budget)
 			switch bad {
 			case "fail":
 				o.BadSamples = loader.Fail
@@ -151,7 +162,7 @@ Several PATHs are one dataset; with --weights they are a weighted mixture
 				if !f.Changed("seed") {
 					o.Seed = st.Seed
 				}
-				if !f.Changed("shuffle") && !f.Changed("block-size") {
+				if !f.Changed("shuffle") && !f.Changed("no-shuffle") && !f.Changed("block-size") {
 					o.Shuffle = st.Shuffle != loader.Sequential.String()
 					if st.Shuffle == loader.Block.String() {
 						o.BlockSize, o.Window = st.BlockSize, st.Window
@@ -187,6 +198,15 @@ Several PATHs are one dataset; with --weights they are a weighted mixture
 				return err
 			}
 			defer l.Close()
+			// A budget below one batch cannot be kept: the loader would
+			// exceed it with every batch. (Checked when given: it looks at
+			// every sample's size.)
+			if f.Changed("memory-budget") {
+				if need := l.MaxBatchBytes(); int64(budget) < need {
+					return usagef("--memory-budget %s is below the largest batch of this dataset (%d samples, %d bytes): give at least that",
+						budget.String(), o.BatchSize, need)
+				}
+			}
 			if resumeState != nil {
 				if err := l.Restore(*resumeState); err != nil {
 					return fmt.Errorf("--resume %s: %w", resume, err)
@@ -289,19 +309,21 @@ Several PATHs are one dataset; with --weights they are a weighted mixture
 	}
 	f := c.Flags()
 	f.IntVar(&o.BatchSize, "batch-size", loader.DefaultBatchSize, "samples per batch on each rank")
-	f.BoolVar(&o.Shuffle, "shuffle", false, "deliver each epoch as an exact pseudorandom permutation")
+	o.Shuffle = true
+	f.BoolVar(&o.Shuffle, "shuffle", true, "deliver each epoch as an exact pseudorandom permutation (the default; see --no-shuffle)")
+	f.BoolVar(&noShuffle, "no-shuffle", false, "deliver each epoch in index order")
 	f.Uint64Var(&o.Seed, "seed", 0, "seed of the shuffle and of the per-sample augmentation seeds")
 	f.Int64Var(&o.Epochs, "epochs", 1, "number of epochs")
 	f.Int64Var(&o.StartEpoch, "start-epoch", 0, "first epoch")
 	f.IntVar(&o.Rank, "rank", 0, "this process's rank")
 	f.IntVar(&o.WorldSize, "world-size", 1, "number of ranks")
 	f.BoolVar(&o.DropLast, "drop-last", false, "deliver only whole batches on every rank (default: pad by wrapping to a multiple of the world size; the last batch may be short)")
-	f.IntVar(&o.Workers, "workers", loader.DefaultWorkers, "reads in flight per batch")
+	f.IntVar(&o.Workers, "workers", loader.DefaultWorkers, "bounds the storage reads in flight for one batch (at least 1; see --max-in-flight for all batches together)")
 	f.IntVar(&o.MaxInFlight, "max-in-flight", 0, "reads in flight of all prefetched batches together, shared so one batch's tail does not empty the queue (0: --workers per batch, no shared bound)")
 	f.IntVar(&o.Prefetch, "prefetch", loader.DefaultPrefetch, "batches read at once (up to twice as many are planned ahead of the consumer)")
 	f.BoolVar(&o.Direct, "direct", false, "read with O_DIRECT (bypass the page cache)")
 	f.BoolVar(&o.NoVerify, "no-verify", false, "skip the per-sample CRC-32 checks")
-	f.StringVar(&budget, "memory-budget", "1GiB", "bound on the bytes of batches in memory (prefetched or held), e.g. 256MiB")
+	f.Var(&budget, "memory-budget", "bound on the bytes of batches in memory (prefetched or held), e.g. 256MiB; at least one batch")
 	f.Int64Var(&o.BlockSize, "block-size", 0, "block shuffle: permute blocks of this many consecutive samples, then samples within windows of --window blocks")
 	f.Int64Var(&o.Window, "window", loader.DefaultWindow, "block shuffle: blocks per shuffle window")
 	f.StringVar(&bad, "bad-samples", "fail", "bad-sample policy: fail, or skip (log file and index, repeat another sample of the batch)")
@@ -347,23 +369,31 @@ func parseLoadWeights(s string) ([]float64, error) {
 	return out, nil
 }
 
-// parseLoadBytes reads a byte count: 1048576, 512K, 256MiB, 1G, 2GB.
-func parseLoadBytes(s string) (int64, error) {
-	t := strings.TrimSpace(strings.ToUpper(s))
-	mult := int64(1)
-	for _, u := range []struct {
-		suf string
-		m   int64
-	}{{"TIB", 1 << 40}, {"GIB", 1 << 30}, {"MIB", 1 << 20}, {"KIB", 1 << 10}, {"TB", 1 << 40}, {"GB", 1 << 30}, {"MB", 1 << 20}, {"KB", 1 << 10},
-		{"T", 1 << 40}, {"G", 1 << 30}, {"M", 1 << 20}, {"K", 1 << 10}, {"B", 1}} {
-		if strings.HasSuffix(t, u.suf) {
-			t, mult = strings.TrimSpace(strings.TrimSuffix(t, u.suf)), u.m
-			break
+// checkLoadFlags refuses counts that make no sense, naming the flag (the
+// loader would silently take its default for some of them).
+func checkLoadFlags(f *pflag.FlagSet, o loader.Options, watchdog time.Duration) error {
+	for _, c := range []struct {
+		flag string
+		v    int64
+		min  int64
+	}{
+		{"batch-size", int64(o.BatchSize), 1},
+		{"workers", int64(o.Workers), 1},
+		{"prefetch", int64(o.Prefetch), 1},
+		{"world-size", int64(o.WorldSize), 1},
+		{"rank", int64(o.Rank), 0},
+		{"max-in-flight", int64(o.MaxInFlight), 0},
+		{"start-epoch", o.StartEpoch, 0},
+		{"block-size", o.BlockSize, 0},
+		{"window", o.Window, 1},
+		{"mixture-epoch", o.MixtureEpoch, 0},
+	} {
+		if c.v < c.min {
+			return usagef("--%s %d: want at least %d", c.flag, c.v, c.min)
 		}
 	}
-	v, err := strconv.ParseFloat(t, 64)
-	if err != nil || v <= 0 {
-		return 0, errors.New("want a positive size such as 512MiB")
+	if watchdog < 0 {
+		return usagef("--watchdog %s is negative (0 turns it off)", watchdog)
 	}
-	return int64(v * float64(mult)), nil
+	return nil
 }

@@ -10,7 +10,9 @@ import (
 	"github.com/dustin/go-humanize"
 	"github.com/schollz/progressbar/v3"
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
+	"github.com/ffkit/ffkit/internal/units"
 	"github.com/ffkit/ffkit/scan"
 )
 
@@ -18,9 +20,11 @@ func init() { register(newScanCmd) }
 
 func newScanCmd() *cobra.Command {
 	var (
-		job      scan.Job
-		groupBy  string
-		planFile string
+		job       scan.Job
+		groupBy   string
+		planFile  string
+		shardSize units.Size
+		memory    = units.Size(units.GiB)
 	)
 	c := &cobra.Command{
 		Use:   "scan SRC... -o OUT",
@@ -68,7 +72,7 @@ stages that read them.`,
 				}
 				var other []string
 				for _, name := range []string{"output", "columns", "where", "group-by", "agg", "sql", "join", "partition-by",
-					"partitions", "format", "sample-column", "shard-size", "row-group-rows", "memory-limit", "retries"} {
+					"partitions", "format", "sample-column", "shard-size", "row-group-rows", "memory-budget", "memory-limit", "retries"} {
 					if cmd.Flags().Changed(name) {
 						other = append(other, "--"+name)
 					}
@@ -88,6 +92,9 @@ stages that read them.`,
 			}
 			if job.Output == "" {
 				return usagef("scan: -o OUT is required")
+			}
+			if err := checkScanFlags(cmd.Flags(), &job, shardSize, memory); err != nil {
+				return err
 			}
 			var bar *progressbar.ProgressBar
 			var once sync.Once
@@ -144,14 +151,17 @@ stages that read them.`,
 	f.StringVar(&job.SQL, "sql", "", "DuckDB SQL run per partition; the partition is the table input (and input2 with --join)")
 	f.StringSliceVar(&job.JoinInputs, "join", nil, "second input, hash-partitioned like the first, visible to --sql as input2")
 	f.StringVar(&job.PartitionBy, "partition-by", "", "files, rows, hash:COL[,COL...], or column:COL (an integer column holding the partition number)")
-	f.IntVar(&job.Partitions, "partitions", 1, "number of partitions N")
-	f.IntVar(&job.Workers, "workers", 0, "parallel tasks and row-group decoders (default: CPUs)")
+	f.IntVar(&job.Partitions, "partitions", 1, "number of partitions N (at least 1)")
+	f.IntVar(&job.Workers, "workers", 0, "bounds the tasks run at once and the row groups decoded at once (0: one per CPU)")
 	f.StringVar(&job.Format, "format", "parquet", "output format: parquet, ffrecord, csv, jsonl, arrow (Arrow IPC file, memory-mappable)")
 	f.StringVar(&job.SampleColumn, "sample-column", "", "with --format ffrecord: the binary/string column packed as one sample per row")
-	f.Int64Var(&job.ShardSize, "shard-size", 0, "with --format ffrecord: target shard size in bytes (default 256 MiB)")
-	f.Int64Var(&job.RowGroupRows, "row-group-rows", scan.DefaultRowGroupRows, "rows per Parquet output row group")
-	f.StringVar(&job.MemoryLimit, "memory-limit", "1GB", "DuckDB memory limit per --sql task")
-	f.IntVar(&job.Retries, "retries", 2, "retries of a failed task")
+	shardSize = units.Size(256 * units.MiB)
+	f.Var(&shardSize, "shard-size", "with --format ffrecord: target shard size (K, M, G suffixes)")
+	f.Int64Var(&job.RowGroupRows, "row-group-rows", scan.DefaultRowGroupRows, "rows per Parquet output row group (at least 1)")
+	f.Var(&memory, "memory-budget", "bound on DuckDB's memory per --sql task (K, M, G suffixes)")
+	f.Var(&memory, "memory-limit", "old name of --memory-budget")
+	_ = f.MarkDeprecated("memory-limit", "use --memory-budget")
+	f.IntVar(&job.Retries, "retries", 2, "retries of a failed task (0: none)")
 	f.StringVar(&planFile, "plan", "", "run the multi-stage plan in this JSON file (local or ffkit://)")
 	return c
 }
@@ -183,6 +193,37 @@ func runPlan(cmd *cobra.Command, file string, workers int) error {
 			s.Name, humanize.Comma(s.RowsIn), humanize.Comma(s.RowsOut), s.Tasks, s.TasksSkipped, s.Seconds, s.Output, state)
 	}
 	fmt.Fprintf(w, "plan: %d stages run, %d up to date, %.2fs\n", sum.Ran, sum.Skipped, sum.Seconds)
+	return nil
+}
+
+// checkScanFlags refuses counts and sizes that make no sense, naming the
+// flag (the job would silently take its default for some of them), and
+// hands the sizes to the job.
+func checkScanFlags(f *pflag.FlagSet, job *scan.Job, shardSize, memory units.Size) error {
+	switch {
+	case job.Partitions < 1:
+		return usagef("--partitions %d: want at least 1", job.Partitions)
+	case job.Workers < 0:
+		return usagef("--workers %d is negative (0: one per CPU)", job.Workers)
+	case job.RowGroupRows < 1:
+		return usagef("--row-group-rows %d: want at least 1", job.RowGroupRows)
+	case job.Retries < 0:
+		return usagef("--retries %d is negative (0: no retries)", job.Retries)
+	case shardSize < 1:
+		return usagef("--shard-size %s: want a positive size such as 256M", shardSize.String())
+	case memory < 1:
+		return usagef("--memory-budget %s: want a positive size such as 1G", memory.String())
+	}
+	if f.Changed("shard-size") && job.Format != scan.FormatFFRecord {
+		return usagef("--shard-size applies to --format ffrecord")
+	}
+	job.ShardSize = int64(shardSize)
+	// DuckDB reads "NB" as N bytes.
+	job.MemoryLimit = fmt.Sprintf("%dB", int64(memory))
+	if job.Retries == 0 {
+		// scan.Job reads 0 as its default (2); a negative count is none.
+		job.Retries = -1
+	}
 	return nil
 }
 

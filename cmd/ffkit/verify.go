@@ -58,8 +58,12 @@ with a warning), 1 when anything is wrong.`,
 				if rep.OK {
 					fmt.Fprintf(w, "ok: %d samples in %d file(s) verified (%s)\n", rep.Checked, len(rep.Files), bench.FormatBytes(rep.Bytes))
 				} else {
-					fmt.Fprintf(w, "FAILED: %d fault(s); %d of %d samples verified good in %d file(s)\n",
-						len(rep.Faults), rep.Checked, rep.Samples, len(rep.Files))
+					unknown := ""
+					if rep.Unknown > 0 {
+						unknown = fmt.Sprintf(" and %d file(s) whose sample count is unreadable", rep.Unknown)
+					}
+					fmt.Fprintf(w, "FAILED: %d fault(s); %d of %d samples%s verified good in %d file(s)\n",
+						len(rep.Faults), rep.Checked, rep.Samples, unknown, len(rep.Files))
 				}
 			}
 			if !rep.OK {
@@ -68,7 +72,7 @@ with a warning), 1 when anything is wrong.`,
 			return nil
 		},
 	}
-	c.Flags().IntVar(&workers, "workers", 4, "reads in flight")
+	c.Flags().IntVar(&workers, "workers", 4, "bounds the sample reads in flight (at least 1)")
 	c.Flags().BoolVar(&direct, "direct", false, "read with O_DIRECT (bypass the page cache)")
 	return c
 }

@@ -366,6 +366,9 @@ func Unmount(mountpoint string, lazy bool) error {
 		}
 		msg := strings.TrimSpace(string(out))
 		if os.Geteuid() != 0 {
+			if strings.Contains(strings.ToLower(msg), "busy") {
+				err = syscall.EBUSY // so callers can tell with errors.Is
+			}
 			return fmt.Errorf("unmount %s: %s: %w", mountpoint, msg, err)
 		}
 	}

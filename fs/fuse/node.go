@@ -660,8 +660,14 @@ func (n *node) Statfs(_ context.Context, out *gofuse.StatfsOut) syscall.Errno {
 	if err != nil {
 		return n.srv.errno(err)
 	}
+	// df(1) shows used = blocks - bfree and avail = bavail: the same
+	// figures as 'ffkit fs df'.
+	used := u.Used
+	if used <= 0 {
+		used = u.Total - u.Free
+	}
 	out.Blocks = uint64(u.Total / bsize)
-	out.Bfree = uint64(u.Free / bsize)
+	out.Bfree = uint64(max(u.Total-used, 0) / bsize)
 	out.Bavail = uint64(u.Free / bsize)
 	out.Files = uint64(u.Files)
 	out.Ffree = uint64(u.FreeFiles)

@@ -51,6 +51,7 @@ func (l *FS) StatFS(ctx context.Context, name string) (fs.Usage, error) {
 	return fs.Usage{
 		Total:     int64(st.Blocks) * bs,
 		Free:      int64(st.Bavail) * bs,
+		Used:      int64(st.Blocks-st.Bfree) * bs,
 		Files:     int64(st.Files),
 		FreeFiles: int64(st.Ffree),
 	}, nil

@@ -296,7 +296,7 @@ func (s *Server) heartbeat(ctx context.Context, hb *proto.HeartbeatReq) (any, []
 	now := time.Now().UnixNano()
 	for _, t := range hb.Targets {
 		n.Targets[t.ID] = t.State
-		n.space[t.ID] = proto.TargetUsage{ID: t.ID, Node: hb.Node, Used: t.Used, Capacity: t.Capacity, Free: t.Free, FS: t.FS, Reported: now}
+		n.space[t.ID] = proto.TargetUsage{ID: t.ID, Node: hb.Node, Used: t.Used, Capacity: t.Capacity, Free: t.Free, FS: t.FS, FSUsed: t.FSUsed, Reported: now}
 		s.targets[t.ID] = hb.Node
 	}
 	if n.Addr != hb.Addr || s.routing.NodeAddr(hb.Node) != hb.Addr {

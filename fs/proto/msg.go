@@ -181,6 +181,9 @@ type TargetReport struct {
 	Capacity int64  `json:"capacity,omitempty"`
 	Free     int64  `json:"free,omitempty"`
 	FS       string `json:"fs,omitempty"`
+	// FSUsed is the bytes in use on that file system (statfs f_blocks -
+	// f_bfree, as df(1) counts them); 0 when not measured.
+	FSUsed int64 `json:"fs_used,omitempty"`
 	// Chain is the chain the target last served, 0 if it never joined one.
 	Chain ChainID `json:"chain,omitempty"`
 }
@@ -209,6 +212,7 @@ type TargetUsage struct {
 	Capacity int64    `json:"capacity"`
 	Free     int64    `json:"free"`
 	FS       string   `json:"fs,omitempty"`
+	FSUsed   int64    `json:"fs_used,omitempty"` // as TargetReport.FSUsed
 	// Reported is when mgmtd received the report (unix nanoseconds).
 	Reported int64 `json:"reported_ns"`
 }

@@ -257,7 +257,7 @@ func (s *Service) heartbeatLoop() {
 			if sp, err := ts.Space(); err != nil {
 				s.logf("target %d: %v", id, err) // reported as unknown (0)
 			} else {
-				tr.Capacity, tr.Free, tr.FS = sp.Capacity, sp.Free, sp.ID
+				tr.Capacity, tr.Free, tr.FS, tr.FSUsed = sp.Capacity, sp.Free, sp.ID, sp.Used
 			}
 			req.Targets = append(req.Targets, tr)
 		}

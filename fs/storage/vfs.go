@@ -24,9 +24,12 @@ type VFS interface {
 
 // FSStat is the space of the file system holding a directory.
 type FSStat struct {
-	Capacity int64  // bytes in the file system
-	Free     int64  // bytes an unprivileged writer may still use
-	ID       string // identifies the file system on this machine
+	Capacity int64 // bytes in the file system
+	Free     int64 // bytes an unprivileged writer may still use
+	// Used is the bytes in use on the file system (statfs f_blocks -
+	// f_bfree, as df(1) counts them: Capacity - Used - Free is reserved).
+	Used int64
+	ID   string // identifies the file system on this machine
 }
 
 // StatFSer is implemented by a VFS that can measure the file system under
@@ -117,6 +120,7 @@ func (OS) StatFS(dir string) (FSStat, error) {
 	return FSStat{
 		Capacity: int64(st.Blocks) * bs,
 		Free:     int64(st.Bavail) * bs,
+		Used:     int64(st.Blocks-st.Bfree) * bs,
 		ID:       fmt.Sprintf("%x:%x", uint32(st.Fsid.Val[0]), uint32(st.Fsid.Val[1])),
 	}, nil
 }
