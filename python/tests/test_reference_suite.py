@@ -56,7 +56,12 @@ def test_reference_ffrecord_suite_passes_unmodified(tmp_path):
     files = sorted(p.name for p in cwd.glob("test_*.py"))
     assert files, f"no test_*.py in {tests}"
     env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join([str(REPO / "python" / "compat"), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+    # The suite imports the ffkit this test imported (installed or source)
+    # and the compat module of this checkout.
+    import ffkit
+
+    ffkit_root = os.path.dirname(os.path.dirname(os.path.abspath(ffkit.__file__)))
+    env["PYTHONPATH"] = os.pathsep.join([str(REPO / "python" / "compat"), ffkit_root, env.get("PYTHONPATH", "")])
     tmp = tmp_path / "tmp"
     tmp.mkdir()
     env["TMPDIR"] = str(tmp)  # the suite's mkstemp files go away with tmp_path
