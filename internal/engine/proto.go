@@ -172,28 +172,55 @@ func unexpected(err error) error {
 	return err
 }
 
-// writeFrame sends a response header (marshalled to JSON), a body and
-// descriptors in one message where possible.
-func writeFrame(c *net.UnixConn, header any, body []byte, fds []int) error {
-	var h []byte
+// encodeHeader marshals a header (batch replies come encoded already).
+func encodeHeader(header any) ([]byte, error) {
 	if raw, ok := header.(json.RawMessage); ok {
-		h = raw // already encoded (batch replies)
-	} else {
-		var err error
-		if h, err = json.Marshal(header); err != nil {
-			return fmt.Errorf("engine: encode response: %w", err)
-		}
+		return raw, nil
+	}
+	h, err := json.Marshal(header)
+	if err != nil {
+		return nil, fmt.Errorf("engine: encode header: %w", err)
+	}
+	return h, nil
+}
+
+// appendFrame appends a whole frame to dst: body in the frame when it is
+// at most chunk bytes, else streamed in chunks of at most chunk bytes.
+func appendFrame(dst, h, body []byte, chunk int) []byte {
+	dst = binary.LittleEndian.AppendUint32(dst, uint32(len(h)))
+	if len(body) <= chunk {
+		dst = binary.LittleEndian.AppendUint32(dst, uint32(len(body)))
+		dst = append(dst, h...)
+		return append(dst, body...)
+	}
+	dst = binary.LittleEndian.AppendUint32(dst, streamMark)
+	dst = append(dst, h...)
+	dst = binary.LittleEndian.AppendUint64(dst, uint64(len(body)))
+	for len(body) > 0 {
+		k := min(len(body), chunk)
+		dst = binary.LittleEndian.AppendUint32(dst, uint32(k))
+		dst = append(dst, body[:k]...)
+		body = body[k:]
+	}
+	return dst
+}
+
+// writeFrame sends a header (marshalled to JSON), a body and descriptors,
+// in one message where possible. A body longer than MaxChunk is streamed
+// (written chunk by chunk, never copied whole).
+func writeFrame(c *net.UnixConn, header any, body []byte, fds []int) error {
+	h, err := encodeHeader(header)
+	if err != nil {
+		return err
 	}
 	streamed := len(body) > MaxChunk
-	buf := make([]byte, 8+len(h), 8+len(h)+min(len(body), MaxChunk))
-	binary.LittleEndian.PutUint32(buf[0:4], uint32(len(h)))
-	binary.LittleEndian.PutUint32(buf[4:8], uint32(len(body)))
-	copy(buf[8:], h)
+	var buf []byte
 	if streamed {
+		buf = appendFrame(make([]byte, 0, 16+len(h)), h, nil, MaxChunk)
 		binary.LittleEndian.PutUint32(buf[4:8], streamMark)
 		buf = binary.LittleEndian.AppendUint64(buf, uint64(len(body)))
 	} else {
-		buf = append(buf, body...)
+		buf = appendFrame(make([]byte, 0, 8+len(h)+len(body)), h, body, MaxChunk)
 	}
 	var oob []byte
 	if len(fds) > 0 {
