@@ -19,7 +19,7 @@ func PythonSchema() ([]byte, error) {
 	p := func(format string, args ...any) { fmt.Fprintf(&b, format, args...) }
 	p(`"""The engine protocol, GENERATED from internal/engine/schema.go: do not edit.
 
-Regenerate with ` + "`go run ./cmd/ffkit engine --schema python/ffkit/_protocol.py`" + `
+Regenerate with `+"`go run ./cmd/ffkit engine --schema python/ffkit/_protocol.py`"+`
 (TestPythonSchemaUpToDate in internal/engine fails when this file is stale).
 Each request class is the header of one operation as a dict; the engine
 refuses fields it does not define.
