@@ -85,3 +85,20 @@ def test_reference_ffrecord_suite_passes_unmodified(tmp_path):
     skipped = {t for t, v in results.items() if v == "skipped"}
     assert skipped <= ALLOWED_SKIPS, skipped
     assert "test_pl.TestDDPHF.test_ddp_hf" in skipped
+
+
+def test_compat_module_is_ffkit_ffrecord():
+    """`import ffrecord` (python/compat) gives ffkit.ffrecord itself, and its
+    submodules are ffkit's, not copies."""
+    import ffkit
+
+    ffkit_root = os.path.dirname(os.path.dirname(os.path.abspath(ffkit.__file__)))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO / "python" / "compat"), ffkit_root]))
+    code = ("import sys, ffrecord, ffkit.ffrecord as f, ffrecord.utils, ffrecord.package; "
+            "assert 'torch' not in sys.modules; import ffrecord.torch, ffkit.ffrecord.torch as ft; "
+            "assert ffrecord is f and ffrecord.torch is ft and ffrecord.utils is f.utils; "
+            "assert ffrecord.torch.Dataset is ft.Dataset; "
+            "print(ffrecord.__version__, ffrecord.pack_folder is f.package.pack_folder, callable(ffrecord.checkFsAlign))")
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == [ffkit.__version__, "True", "True"]
