@@ -120,12 +120,12 @@ _WORKER = """
         print({"engine": e.proc.pid, "holder": holder}, flush=True)
         time.sleep(600)
     else:
-        w = FileWriter(path, 4)
+        w = FileWriter(path, 10**6)
         w.write_one(b"first")
         big = np.full(64 << 20, 7, dtype=np.uint8)
         print({"engine": e.proc.pid, "holder": holder}, flush=True)
         while True:
-            w.write_one(big)  # the writer refuses the 5th: never reached
+            w.write_one(big)  # streamed to the engine until the kill
 """
 
 
