@@ -489,10 +489,11 @@ func (h *loaderHandle) appendBatchFrame(dst []byte, b *loader.Batch) ([]byte, er
 // bounds how far it runs ahead: a batch stays lent until Python sets its
 // release word (or lists it in a request).
 func (s *Server) loaderStream(ctx context.Context, c *net.UnixConn, hdr []byte) error {
-	var q loaderRequest
-	if err := decodeRequest("loader_stream", hdr, &q); err != nil {
+	var sq loaderStreamRequest
+	if err := decodeRequest("loader_stream", hdr, &sq); err != nil {
 		return writeFrame(c, errorHeader(err), nil, nil)
 	}
+	q := sq.args()
 	h, err := loaderArgs(s, &q)
 	if err != nil {
 		return writeFrame(c, errorHeader(err), nil, nil)

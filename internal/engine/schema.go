@@ -129,7 +129,39 @@ type (
 		Items           int64        `json:"items"`
 		State           loader.State `json:"state"`
 	}
-	// loaderRequest is every loader operation's request after open.
+	// Each loader operation after open has its own request type; the
+	// functions receive them as one loaderRequest (see viaLoader).
+	loaderNextRequest struct {
+		handleField
+		Release []int `json:"release"`
+	}
+	loaderStreamRequest struct {
+		handleField
+		Release []int `json:"release"`
+		// Stream numbers the stream (see loaderHandle.fence).
+		Stream uint64 `json:"stream"`
+	}
+	loaderReleaseRequest struct {
+		handleField
+		Release []int `json:"release"`
+	}
+	loaderReclaimRequest struct {
+		handleField
+		Keep []int `json:"keep"`
+		// Stream is the last stream Python opened.
+		Stream uint64 `json:"stream"`
+	}
+	loaderSetEpochRequest struct {
+		handleField
+		Epoch int64 `json:"epoch"`
+	}
+	loaderRestoreRequest struct {
+		handleField
+		State json.RawMessage `json:"state"`
+	}
+	loaderStatsRequest struct{ handleField }
+	// loaderRequest is what every loader function receives (not on the
+	// wire as such: each operation decodes its own type above).
 	loaderRequest struct {
 		handleField
 		Release []int           `json:"release"`
@@ -268,16 +300,56 @@ var Schema = []OpSpec{
 	op[ffwFinishRequest, okField]("ffw_abort", "Abandons the file: nothing appears under its name.", "", "", ffwFinish(true)),
 	op[loaderOpenRequest, loaderOpenReply]("loader_open", "Opens a loader whose batches go to a shared ring.", "",
 		"descriptor: the ring (see doc.go)", loaderOpen),
-	op[loaderRequest, loaderEndReply]("loader_next", "Returns the next batch (a batch reply), or end.", "", "a batch reply body (BatchFields)", loaderNext),
-	op[loaderRequest, loaderEndReply]("loader_stream", "Turns the connection into a stream of batch replies.", "",
+	op[loaderNextRequest, loaderEndReply]("loader_next", "Returns the next batch (a batch reply), or end.", "",
+		"a batch reply body (BatchFields)", viaLoader[loaderNextRequest](loaderNext)),
+	op[loaderStreamRequest, loaderEndReply]("loader_stream", "Turns the connection into a stream of batch replies.", "",
 		"one batch reply per batch (BatchFields)", nil),
-	op[loaderRequest, okField]("loader_release", "Gives back the slots in release.", "", "", loaderRelease),
-	op[loaderRequest, okField]("loader_reclaim", "After a stream stopped: gives back every lent slot not in keep.", "", "", loaderReclaim),
-	op[loaderRequest, loaderStateReply]("loader_set_epoch", "Starts the given epoch.", "", "", loaderSetEpoch),
-	op[loaderRequest, loaderStateReply]("loader_restore", "Resumes from a state.", "", "", loaderRestore),
-	op[loaderRequest, loaderStatsReply]("loader_stats", "Returns the loader's stage statistics.", "", "", loaderStats),
+	op[loaderReleaseRequest, okField]("loader_release", "Gives back the slots in release.", "", "",
+		viaLoader[loaderReleaseRequest](loaderRelease)),
+	op[loaderReclaimRequest, okField]("loader_reclaim", "After a stream stopped: gives back every lent slot not in keep.", "", "",
+		viaLoader[loaderReclaimRequest](loaderReclaim)),
+	op[loaderSetEpochRequest, loaderStateReply]("loader_set_epoch", "Starts the given epoch.", "", "",
+		viaLoader[loaderSetEpochRequest](loaderSetEpoch)),
+	op[loaderRestoreRequest, loaderStateReply]("loader_restore", "Resumes from a state.", "", "",
+		viaLoader[loaderRestoreRequest](loaderRestore)),
+	op[loaderStatsRequest, loaderStatsReply]("loader_stats", "Returns the loader's stage statistics.", "", "",
+		viaLoader[loaderStatsRequest](loaderStats)),
 	op[scanRequest, scanReply]("scan", "Runs a scan job into an Arrow IPC file in shared memory.", "",
 		"descriptor: the Arrow IPC file (size bytes)", scanOp),
+}
+
+// loaderOp is a loader operation's request, as the loader functions take it.
+type loaderOp interface{ args() loaderRequest }
+
+func (q *loaderNextRequest) args() loaderRequest {
+	return loaderRequest{handleField: q.handleField, Release: q.Release}
+}
+func (q *loaderStreamRequest) args() loaderRequest {
+	return loaderRequest{handleField: q.handleField, Release: q.Release, Stream: q.Stream}
+}
+func (q *loaderReleaseRequest) args() loaderRequest {
+	return loaderRequest{handleField: q.handleField, Release: q.Release}
+}
+func (q *loaderReclaimRequest) args() loaderRequest {
+	return loaderRequest{handleField: q.handleField, Keep: q.Keep, Stream: q.Stream}
+}
+func (q *loaderSetEpochRequest) args() loaderRequest {
+	return loaderRequest{handleField: q.handleField, Epoch: q.Epoch}
+}
+func (q *loaderRestoreRequest) args() loaderRequest {
+	return loaderRequest{handleField: q.handleField, State: q.State}
+}
+func (q *loaderStatsRequest) args() loaderRequest { return loaderRequest{handleField: q.handleField} }
+
+// viaLoader adapts a loader function to an operation's own request type.
+func viaLoader[Q any, PQ interface {
+	*Q
+	loaderOp
+}](f func(ctx context.Context, s *Server, q *loaderRequest, in input) (reply, error)) func(ctx context.Context, s *Server, q *Q, in input) (reply, error) {
+	return func(ctx context.Context, s *Server, q *Q, in input) (reply, error) {
+		a := PQ(q).args()
+		return f(ctx, s, &a, in)
+	}
 }
 
 // ErrorCode is one value of an error reply's "code": what Python turns

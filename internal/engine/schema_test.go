@@ -90,6 +90,9 @@ func TestUnknownRequestFieldRefused(t *testing.T) {
 		{"op": "hello", "verbose": true},
 		{"op": "scan", "inputs": []string{path}, "group": "x"},
 		{"op": "ffw_create", "path": path + ".new", "n": 1, "handle": 3},
+		// Each loader operation has its own request type: epoch belongs
+		// to loader_set_epoch only.
+		{"op": "loader_stats", "handle": 1, "epoch": 3},
 	} {
 		h, _, _ := call(t, client, hdr, nil)
 		var bad string
@@ -135,7 +138,7 @@ var goldenRequests = []struct {
 	{"ffr_read", ffrReadRequest{handleField{opField{"ffr_read"}, 7}}, putInt64s([]int64{3, 0, 2}), 0},
 	{"ffw_write", ffwWriteRequest{handleField{opField{"ffw_write"}, 2}, 2}, append(putInt64s([]int64{3, 2}), "abcde"...), 0},
 	{"ffw_write_streamed", ffwWriteRequest{handleField{opField{"ffw_write"}, 2}, 1}, append(putInt64s([]int64{10}), "0123456789"...), 4},
-	{"loader_reclaim", loaderRequest{handleField: handleField{opField{"loader_reclaim"}, 3}, Keep: []int{1, 4}, State: json.RawMessage("null"), Stream: 2}, nil, 0},
+	{"loader_reclaim", loaderReclaimRequest{handleField: handleField{opField{"loader_reclaim"}, 3}, Keep: []int{1, 4}, Stream: 2}, nil, 0},
 	{"scan", scanRequest{opField: opField{"scan"}, Inputs: []string{"/pq"}, GroupBy: []string{"lang"}, Aggs: "count(*), mean(score)"}, nil, 0},
 }
 

@@ -198,12 +198,12 @@ class LoaderNextRequest(dict):
     Reply body: a batch reply body (BatchFields)."""
 
     OP = "loader_next"
-    FIELDS = ("handle", "release", "keep", "epoch", "state", "stream",)
+    FIELDS = ("handle", "release",)
     REPLY_FIELDS = ("ok", "end",)
     STREAM_BODY = False
 
-    def __init__(self, *, handle=0, release=None, keep=None, epoch=0, state=None, stream=0):
-        super().__init__({"op": "loader_next", "handle": int(handle), "release": None if release is None else list(release), "keep": None if keep is None else list(keep), "epoch": int(epoch), "state": state, "stream": int(stream)})
+    def __init__(self, *, handle=0, release=None):
+        super().__init__({"op": "loader_next", "handle": int(handle), "release": None if release is None else list(release)})
 
 
 class LoaderStreamRequest(dict):
@@ -212,72 +212,72 @@ class LoaderStreamRequest(dict):
     Reply body: one batch reply per batch (BatchFields)."""
 
     OP = "loader_stream"
-    FIELDS = ("handle", "release", "keep", "epoch", "state", "stream",)
+    FIELDS = ("handle", "release", "stream",)
     REPLY_FIELDS = ("ok", "end",)
     STREAM_BODY = False
 
-    def __init__(self, *, handle=0, release=None, keep=None, epoch=0, state=None, stream=0):
-        super().__init__({"op": "loader_stream", "handle": int(handle), "release": None if release is None else list(release), "keep": None if keep is None else list(keep), "epoch": int(epoch), "state": state, "stream": int(stream)})
+    def __init__(self, *, handle=0, release=None, stream=0):
+        super().__init__({"op": "loader_stream", "handle": int(handle), "release": None if release is None else list(release), "stream": int(stream)})
 
 
 class LoaderReleaseRequest(dict):
     """Gives back the slots in release."""
 
     OP = "loader_release"
-    FIELDS = ("handle", "release", "keep", "epoch", "state", "stream",)
+    FIELDS = ("handle", "release",)
     REPLY_FIELDS = ("ok",)
     STREAM_BODY = False
 
-    def __init__(self, *, handle=0, release=None, keep=None, epoch=0, state=None, stream=0):
-        super().__init__({"op": "loader_release", "handle": int(handle), "release": None if release is None else list(release), "keep": None if keep is None else list(keep), "epoch": int(epoch), "state": state, "stream": int(stream)})
+    def __init__(self, *, handle=0, release=None):
+        super().__init__({"op": "loader_release", "handle": int(handle), "release": None if release is None else list(release)})
 
 
 class LoaderReclaimRequest(dict):
     """After a stream stopped: gives back every lent slot not in keep."""
 
     OP = "loader_reclaim"
-    FIELDS = ("handle", "release", "keep", "epoch", "state", "stream",)
+    FIELDS = ("handle", "keep", "stream",)
     REPLY_FIELDS = ("ok",)
     STREAM_BODY = False
 
-    def __init__(self, *, handle=0, release=None, keep=None, epoch=0, state=None, stream=0):
-        super().__init__({"op": "loader_reclaim", "handle": int(handle), "release": None if release is None else list(release), "keep": None if keep is None else list(keep), "epoch": int(epoch), "state": state, "stream": int(stream)})
+    def __init__(self, *, handle=0, keep=None, stream=0):
+        super().__init__({"op": "loader_reclaim", "handle": int(handle), "keep": None if keep is None else list(keep), "stream": int(stream)})
 
 
 class LoaderSetEpochRequest(dict):
     """Starts the given epoch."""
 
     OP = "loader_set_epoch"
-    FIELDS = ("handle", "release", "keep", "epoch", "state", "stream",)
+    FIELDS = ("handle", "epoch",)
     REPLY_FIELDS = ("ok", "state",)
     STREAM_BODY = False
 
-    def __init__(self, *, handle=0, release=None, keep=None, epoch=0, state=None, stream=0):
-        super().__init__({"op": "loader_set_epoch", "handle": int(handle), "release": None if release is None else list(release), "keep": None if keep is None else list(keep), "epoch": int(epoch), "state": state, "stream": int(stream)})
+    def __init__(self, *, handle=0, epoch=0):
+        super().__init__({"op": "loader_set_epoch", "handle": int(handle), "epoch": int(epoch)})
 
 
 class LoaderRestoreRequest(dict):
     """Resumes from a state."""
 
     OP = "loader_restore"
-    FIELDS = ("handle", "release", "keep", "epoch", "state", "stream",)
+    FIELDS = ("handle", "state",)
     REPLY_FIELDS = ("ok", "state",)
     STREAM_BODY = False
 
-    def __init__(self, *, handle=0, release=None, keep=None, epoch=0, state=None, stream=0):
-        super().__init__({"op": "loader_restore", "handle": int(handle), "release": None if release is None else list(release), "keep": None if keep is None else list(keep), "epoch": int(epoch), "state": state, "stream": int(stream)})
+    def __init__(self, *, handle=0, state=None):
+        super().__init__({"op": "loader_restore", "handle": int(handle), "state": state})
 
 
 class LoaderStatsRequest(dict):
     """Returns the loader's stage statistics."""
 
     OP = "loader_stats"
-    FIELDS = ("handle", "release", "keep", "epoch", "state", "stream",)
+    FIELDS = ("handle",)
     REPLY_FIELDS = ("ok", "stats",)
     STREAM_BODY = False
 
-    def __init__(self, *, handle=0, release=None, keep=None, epoch=0, state=None, stream=0):
-        super().__init__({"op": "loader_stats", "handle": int(handle), "release": None if release is None else list(release), "keep": None if keep is None else list(keep), "epoch": int(epoch), "state": state, "stream": int(stream)})
+    def __init__(self, *, handle=0):
+        super().__init__({"op": "loader_stats", "handle": int(handle)})
 
 
 class ScanRequest(dict):
