@@ -5,6 +5,10 @@ not survive fork(), so Go is never loaded into Python). The binary is built
 from the Go module one directory above this file (or from FFKIT_GO_ROOT) and
 placed at ffkit/_bin/ffkit inside the wheel, so an installed wheel needs no Go
 and looks nothing up on PATH.
+
+The Go toolchain is $GO if set, else `go` on PATH; nothing else is searched.
+Without it the build stops with one line saying what to do (install Go 1.26,
+or install a wheel prebuilt with `pip wheel ./python` on a machine with Go).
 """
 import os
 import shutil
@@ -28,17 +32,28 @@ def _go_root(here: Path) -> Path:
     )
 
 
+NO_GO = (
+    "ffkit: building the Python package needs Go 1.26 or later ($GO or `go` on PATH): install Go "
+    "(https://go.dev/dl/), or on a machine with Go run `pip wheel ./python -w wheels/` and here "
+    "`pip install wheels/ffkit-*.whl`"
+)
+
+
+class GoMissing(SystemExit):
+    """Ends the build with one line (SystemExit prints no traceback)."""
+
+
 def _go() -> str:
     env = os.environ.get("GO")
     if env:
-        return env
-    found = shutil.which("go")
-    if found:
+        found = shutil.which(env)
+        if found is None:
+            raise GoMissing(f"{NO_GO} ($GO={env} is not an executable)")
         return found
-    for p in ("/usr/local/go/bin/go", "/usr/lib/go/bin/go"):
-        if os.access(p, os.X_OK):
-            return p
-    raise RuntimeError("ffkit: building the wheel needs the Go toolchain (go) on PATH or in $GO")
+    found = shutil.which("go")
+    if found is None:
+        raise GoMissing(NO_GO)
+    return found
 
 
 class GoEngineHook(BuildHookInterface):
@@ -54,7 +69,10 @@ class GoEngineHook(BuildHookInterface):
         out = out_dir / "ffkit"
         cmd = [_go(), "build", "-trimpath", "-o", str(out), "./cmd/ffkit"]
         self.app.display_info(f"ffkit: building the Go engine: {' '.join(cmd)} (in {root})")
-        subprocess.run(cmd, cwd=root, check=True)
+        res = subprocess.run(cmd, cwd=root)
+        if res.returncode != 0:
+            raise GoMissing(f"ffkit: `{' '.join(cmd)}` failed (exit {res.returncode}; its errors are above); "
+                            "Go 1.26 or later is needed")
         os.chmod(out, 0o755)
         build_data["force_include"][str(out)] = "ffkit/_bin/ffkit"
         # The wheel holds a native binary: tag it for this platform, any

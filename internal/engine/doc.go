@@ -8,11 +8,24 @@
 // descriptors it passes with SCM_RIGHTS), and numpy views that memory without
 // copying. A Python process that finds itself forked starts its own helper.
 //
+// # Schema
+//
+// Every operation, its request and reply header fields, the error codes and
+// the batch-body layout are defined once, in schema.go. The server decodes
+// each request into its operation's own type and refuses a field that type
+// does not define, naming it; python/ffkit/_protocol.py is generated from
+// the schema (`ffkit engine --schema FILE`, checked by a test), and golden
+// frames in testdata/frames are read by the Go and the Python tests alike.
+//
 // # Connections
 //
 // The helper is started with one socket, the control connection, on a file
-// descriptor named by --fd. The helper lives exactly as long as the control
-// connection: when Python closes it or dies, the helper exits. Python adds
+// descriptor named by --fd, and with --parent naming the Python process.
+// The helper lives as long as the control connection and its parent: when
+// Python closes the connection or dies (PR_SET_PDEATHSIG, and a parent
+// check four times a second, in case a forked child still holds the
+// socket), or on SIGTERM or SIGINT, the helper closes every handle (an
+// unfinished writer publishes nothing) and exits. Its stdio is /dev/null. Python adds
 // request connections by sending one end of a new socket pair in a "connect"
 // request; each connection is served by its own goroutine, so several Python
 // threads can have requests in flight at once. Handles (open readers,
@@ -36,6 +49,19 @@
 // "data"|"usage"|"unavailable"|"other", "code": "checksum"|...}; its body
 // carries bulk results (int64 offsets into shared memory). File descriptors
 // travel as SCM_RIGHTS ancillary data on the frame's first bytes.
+//
+// A body longer than MaxChunk (16 MiB) is streamed: the body length word is
+// 0xFFFFFFFF and the header is followed by
+//
+//	+----------------+---------------+-------------+---------------+-----+
+//	| u64 total len  | u32 chunk len | chunk bytes | u32 chunk len | ... |
+//	+----------------+---------------+-------------+---------------+-----+
+//
+// with chunks of 1..MaxChunk bytes adding up to the total, so no size is
+// capped by the frame format. ffw_write copies a streamed sample from the
+// socket into the file chunk by chunk (the engine holds one chunk, whatever
+// the sample's size; Python sends it straight from the caller's buffer);
+// other operations receive their streamed body whole.
 //
 // # Shared memory ownership
 //

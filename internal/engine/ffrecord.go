@@ -2,9 +2,6 @@ package engine
 
 import (
 	"context"
-	"encoding/json"
-
-	"fmt"
 	"unsafe"
 
 	"github.com/ffkit/ffkit/ffrecord"
@@ -19,40 +16,26 @@ type reader struct {
 
 func (r *reader) Close() error { return r.r.Close() }
 
-type ffrOpenReq struct {
-	Paths     []string `json:"paths"`
-	CheckData bool     `json:"check_data"`
-	Direct    bool     `json:"direct"`
-}
-
-func ffrOpen(ctx context.Context, s *Server, hdr, body []byte, fds []int) (reply, error) {
-	closeFDs(fds)
-	var q ffrOpenReq
-	if err := json.Unmarshal(hdr, &q); err != nil {
-		return reply{}, fmt.Errorf("%w: %v", ErrBadRequest, err)
-	}
+func ffrOpen(ctx context.Context, s *Server, q *ffrOpenRequest, in input) (reply, error) {
+	closeFDs(in.fds)
 	r, err := ffrecord.Open(ctx, q.Paths, ffrecord.ReadOptions{Direct: q.Direct, NoVerify: !q.CheckData})
 	if err != nil {
 		return reply{}, err
 	}
 	h := s.add(&reader{r: r, paths: q.Paths, direct: q.Direct})
-	return reply{header: map[string]any{"ok": true, "handle": h, "n": r.N(), "files": r.Files()}}, nil
+	return reply{header: ffrOpenReply{okField: ok(), Handle: h, N: r.N(), Files: r.Files()}}, nil
 }
 
 // ffrRead reads the samples whose int64 indices make the body into a fresh
 // shared-memory segment; the response body holds 2*len int64s: sample k
 // spans [pos[2k], pos[2k+1]) of the segment.
-func ffrRead(ctx context.Context, s *Server, hdr, body []byte, fds []int) (reply, error) {
-	closeFDs(fds)
-	var q request
-	if err := json.Unmarshal(hdr, &q); err != nil {
-		return reply{}, fmt.Errorf("%w: %v", ErrBadRequest, err)
-	}
+func ffrRead(ctx context.Context, s *Server, q *ffrReadRequest, in input) (reply, error) {
+	closeFDs(in.fds)
 	rd, err := lookup[*reader](s, q.Handle)
 	if err != nil {
 		return reply{}, err
 	}
-	idx, err := int64s(body)
+	idx, err := int64s(in.body)
 	if err != nil {
 		return reply{}, err
 	}
@@ -78,7 +61,7 @@ func ffrRead(ctx context.Context, s *Server, hdr, body []byte, fds []int) (reply
 	} else {
 		offs = make([]int64, 2*len(idx))
 	}
-	rep := reply{header: map[string]any{"ok": true, "size": size}, body: putInt64s(offs)}
+	rep := reply{header: ffrReadReply{okField: ok(), Size: size}, body: putInt64s(offs)}
 	if seg.fd >= 0 {
 		rep.fds = []int{seg.fd}
 	}
@@ -90,15 +73,8 @@ const validateChunk = 64 << 20
 
 // ffrValidate reads every sample with checksums on and reports every bad
 // one (up to limit), not only the first.
-func ffrValidate(ctx context.Context, s *Server, hdr, body []byte, fds []int) (reply, error) {
-	closeFDs(fds)
-	var q struct {
-		request
-		Limit int `json:"limit"`
-	}
-	if err := json.Unmarshal(hdr, &q); err != nil {
-		return reply{}, fmt.Errorf("%w: %v", ErrBadRequest, err)
-	}
+func ffrValidate(ctx context.Context, s *Server, q *ffrValidateRequest, in input) (reply, error) {
+	closeFDs(in.fds)
 	if q.Limit <= 0 {
 		q.Limit = 100
 	}
@@ -115,7 +91,7 @@ func ffrValidate(ctx context.Context, s *Server, hdr, body []byte, fds []int) (r
 		}
 		defer r.Close()
 	}
-	var bad []map[string]any
+	bad := []badSample{}
 	n := r.N()
 	buf := make([]byte, 0)
 	check := func(idx []int64) error {
@@ -154,20 +130,17 @@ func ffrValidate(ctx context.Context, s *Server, hdr, body []byte, fds []int) (r
 				if ctx.Err() != nil {
 					return reply{}, ctx.Err()
 				}
-				bad = append(bad, map[string]any{"index": j, "error": err.Error(), "code": errorHeader(err)["code"]})
+				bad = append(bad, badSample{Index: j, Error: err.Error(), Code: errorHeader(err).Code})
 				if len(bad) >= q.Limit {
 					break
 				}
 			}
 		}
 	}
-	return reply{header: map[string]any{"ok": true, "n": n, "bad": bad}}, nil
+	return reply{header: ffrValidateReply{okField: ok(), N: n, Bad: bad}}, nil
 }
 
 func init() {
-	ops["ffr_open"] = ffrOpen
-	ops["ffr_read"] = ffrRead
-	ops["ffr_validate"] = ffrValidate
 	addCode(ffrecord.ErrChecksum, "checksum")
 	addCode(ffrecord.ErrTruncated, "truncated")
 	addCode(ffrecord.ErrCorrupt, "corrupt")

@@ -265,38 +265,14 @@ func (h *loaderHandle) release(slots []int) {
 	}
 }
 
-type loaderOpenReq struct {
-	Paths        []string `json:"paths"`
-	BatchSize    int      `json:"batch_size"`
-	Shuffle      bool     `json:"shuffle"`
-	Seed         uint64   `json:"seed"`
-	Rank         int      `json:"rank"`
-	WorldSize    int      `json:"world_size"`
-	DropLast     bool     `json:"drop_last"`
-	Prefetch     int      `json:"prefetch"`
-	Hold         int      `json:"hold"`
-	Ahead        int      `json:"ahead"`
-	CheckData    bool     `json:"check_data"`
-	Direct       bool     `json:"direct"`
-	Workers      int      `json:"workers"`
-	MemoryBudget int64    `json:"memory_budget"`
-	StartEpoch   int64    `json:"start_epoch"`
-	SkipBad      bool     `json:"skip_bad"`
-	BlockSize    int64    `json:"block_size"`
-}
-
 const pageSize = 4096
 
 // loaderOpen opens the dataset and a loader whose batches go to a ring of
 // 2*prefetch+2+hold+ahead slots (see doc.go), each big enough for the largest possible batch
 // (batch size times the largest sample, capped by the memory budget). The
 // memfd is sparse: only pages a batch touches take memory.
-func loaderOpen(ctx context.Context, s *Server, hdr, body []byte, fds []int) (reply, error) {
-	closeFDs(fds)
-	var q loaderOpenReq
-	if err := json.Unmarshal(hdr, &q); err != nil {
-		return reply{}, fmt.Errorf("%w: %v", ErrBadRequest, err)
-	}
+func loaderOpen(ctx context.Context, s *Server, q *loaderOpenRequest, in input) (reply, error) {
+	closeFDs(in.fds)
 	if q.Hold < 1 {
 		q.Hold = 2
 	}
@@ -389,9 +365,9 @@ func loaderOpen(ctx context.Context, s *Server, hdr, body []byte, fds []int) (re
 	fd := ring.fd
 	ring.fd = -1
 	return reply{
-		header: map[string]any{"ok": true, "handle": id, "n": r.N(), "slots": slots, "slot_size": slotSize, "board": ringBoard,
-			"waiting_word": boardWaiting, "wake_word": boardWake,
-			"batches_per_epoch": l.BatchesPerEpoch(), "items": l.Len(), "state": l.State()},
+		header: loaderOpenReply{okField: ok(), Handle: id, N: r.N(), Slots: slots, SlotSize: slotSize, Board: ringBoard,
+			WaitingWord: boardWaiting, WakeWord: boardWake,
+			BatchesPerEpoch: l.BatchesPerEpoch(), Items: l.Len(), State: l.State()},
 		fds: []int{fd},
 	}, nil
 }
@@ -400,35 +376,20 @@ func loaderOpen(ctx context.Context, s *Server, hdr, body []byte, fds []int) (re
 // batch, and only the pages batches use should take memory.
 func newRing(size int64) (*segment, error) { return newSparseSegment("ffkit-ring", size) }
 
-type loaderReq struct {
-	request
-	Release []int           `json:"release"`
-	Keep    []int           `json:"keep"`
-	Epoch   int64           `json:"epoch"`
-	State   json.RawMessage `json:"state"`
-	// Stream numbers a loader_stream; in a loader_reclaim, the last stream
-	// Python opened (see loaderHandle.fence).
-	Stream uint64 `json:"stream"`
-}
-
-func loaderArgs(s *Server, hdr []byte) (*loaderHandle, loaderReq, error) {
-	var q loaderReq
-	if err := json.Unmarshal(hdr, &q); err != nil {
-		return nil, q, fmt.Errorf("%w: %v", ErrBadRequest, err)
-	}
+func loaderArgs(s *Server, q *loaderRequest) (*loaderHandle, error) {
 	h, err := lookup[*loaderHandle](s, q.Handle)
 	if err != nil {
-		return nil, q, err
+		return nil, err
 	}
 	if _, early := earlyOps[q.Op]; !early {
 		h.release(q.Release)
 	}
-	return h, q, nil
+	return h, nil
 }
 
 // releaseEarly applies a request's releases when it is read (see earlyOps).
 func releaseEarly(s *Server, hdr []byte) {
-	var q loaderReq
+	var q loaderRequest
 	if json.Unmarshal(hdr, &q) != nil || len(q.Release) == 0 {
 		return
 	}
@@ -440,15 +401,15 @@ func releaseEarly(s *Server, hdr []byte) {
 // loaderNext returns the next batch: the header names its slot, epoch,
 // step and the state after it; the body holds n int64 sample indices and
 // then n [start, end) pairs of int64 byte positions in the ring.
-func loaderNext(ctx context.Context, s *Server, hdr, body []byte, fds []int) (reply, error) {
-	closeFDs(fds)
-	h, _, err := loaderArgs(s, hdr)
+func loaderNext(ctx context.Context, s *Server, q *loaderRequest, in input) (reply, error) {
+	closeFDs(in.fds)
+	h, err := loaderArgs(s, q)
 	if err != nil {
 		return reply{}, err
 	}
 	b, err := h.l.Next(ctx)
 	if errors.Is(err, io.EOF) {
-		return reply{header: map[string]any{"ok": true, "end": true}}, nil
+		return reply{header: loaderEndReply{okField: ok(), End: true}}, nil
 	}
 	if err != nil {
 		return reply{}, err
@@ -463,9 +424,6 @@ func loaderNext(ctx context.Context, s *Server, hdr, body []byte, fds []int) (re
 // batchHeader is the header of every batch reply: the batch itself is
 // described in the body, so that neither side handles JSON per batch.
 var batchHeader = json.RawMessage(`{"batch":true,"ok":true}`)
-
-// batchMeta is the number of int64s that open a batch reply's body.
-const batchMeta = 10
 
 // lendReply lends b to Python and describes it. The header is batchHeader;
 // the body is little-endian int64s: slot, lend number, n, epoch, step,
@@ -531,7 +489,12 @@ func (h *loaderHandle) appendBatchFrame(dst []byte, b *loader.Batch) ([]byte, er
 // bounds how far it runs ahead: a batch stays lent until Python sets its
 // release word (or lists it in a request).
 func (s *Server) loaderStream(ctx context.Context, c *net.UnixConn, hdr []byte) error {
-	h, q, err := loaderArgs(s, hdr)
+	var sq loaderStreamRequest
+	if err := decodeRequest("loader_stream", hdr, &sq); err != nil {
+		return writeFrame(c, errorHeader(err), nil, nil)
+	}
+	q := sq.args()
+	h, err := loaderArgs(s, &q)
 	if err != nil {
 		return writeFrame(c, errorHeader(err), nil, nil)
 	}
@@ -548,7 +511,7 @@ func (s *Server) loaderStream(ctx context.Context, c *net.UnixConn, hdr []byte) 
 		h.poll()
 		b, err := h.l.Next(ctx)
 		if errors.Is(err, io.EOF) {
-			return writeFrame(c, map[string]any{"ok": true, "end": true}, nil, nil)
+			return writeFrame(c, loaderEndReply{okField: ok(), End: true}, nil, nil)
 		}
 		if err != nil {
 			if ctx.Err() != nil {
@@ -568,9 +531,9 @@ func (s *Server) loaderStream(ctx context.Context, c *net.UnixConn, hdr []byte) 
 	}
 }
 
-func loaderRelease(ctx context.Context, s *Server, hdr, body []byte, fds []int) (reply, error) {
-	closeFDs(fds)
-	if _, _, err := loaderArgs(s, hdr); err != nil {
+func loaderRelease(ctx context.Context, s *Server, q *loaderRequest, in input) (reply, error) {
+	closeFDs(in.fds)
+	if _, err := loaderArgs(s, q); err != nil {
 		return reply{}, err
 	}
 	return okReply(), nil
@@ -578,9 +541,9 @@ func loaderRelease(ctx context.Context, s *Server, hdr, body []byte, fds []int) 
 
 // loaderReclaim releases every lent slot except those Python still holds
 // (after Python abandoned replies it never read, e.g. on Ctrl-C).
-func loaderReclaim(ctx context.Context, s *Server, hdr, body []byte, fds []int) (reply, error) {
-	closeFDs(fds)
-	h, q, err := loaderArgs(s, hdr)
+func loaderReclaim(ctx context.Context, s *Server, q *loaderRequest, in input) (reply, error) {
+	closeFDs(in.fds)
+	h, err := loaderArgs(s, q)
 	if err != nil {
 		return reply{}, err
 	}
@@ -607,21 +570,21 @@ func loaderReclaim(ctx context.Context, s *Server, hdr, body []byte, fds []int) 
 	return okReply(), nil
 }
 
-func loaderSetEpoch(ctx context.Context, s *Server, hdr, body []byte, fds []int) (reply, error) {
-	closeFDs(fds)
-	h, q, err := loaderArgs(s, hdr)
+func loaderSetEpoch(ctx context.Context, s *Server, q *loaderRequest, in input) (reply, error) {
+	closeFDs(in.fds)
+	h, err := loaderArgs(s, q)
 	if err != nil {
 		return reply{}, err
 	}
 	if err := h.l.SetEpoch(q.Epoch); err != nil {
 		return reply{}, err
 	}
-	return reply{header: map[string]any{"ok": true, "state": h.l.State()}}, nil
+	return reply{header: loaderStateReply{okField: ok(), State: h.l.State()}}, nil
 }
 
-func loaderRestore(ctx context.Context, s *Server, hdr, body []byte, fds []int) (reply, error) {
-	closeFDs(fds)
-	h, q, err := loaderArgs(s, hdr)
+func loaderRestore(ctx context.Context, s *Server, q *loaderRequest, in input) (reply, error) {
+	closeFDs(in.fds)
+	h, err := loaderArgs(s, q)
 	if err != nil {
 		return reply{}, err
 	}
@@ -632,28 +595,21 @@ func loaderRestore(ctx context.Context, s *Server, hdr, body []byte, fds []int) 
 	if err := h.l.Restore(st); err != nil {
 		return reply{}, err
 	}
-	return reply{header: map[string]any{"ok": true, "state": h.l.State()}}, nil
+	return reply{header: loaderStateReply{okField: ok(), State: h.l.State()}}, nil
 }
 
-func loaderStats(ctx context.Context, s *Server, hdr, body []byte, fds []int) (reply, error) {
-	closeFDs(fds)
-	h, _, err := loaderArgs(s, hdr)
+func loaderStats(ctx context.Context, s *Server, q *loaderRequest, in input) (reply, error) {
+	closeFDs(in.fds)
+	h, err := loaderArgs(s, q)
 	if err != nil {
 		return reply{}, err
 	}
-	return reply{header: map[string]any{"ok": true, "stats": h.l.Stats()}}, nil
+	return reply{header: loaderStatsReply{okField: ok(), Stats: h.l.Stats()}}, nil
 }
 
 func init() {
-	ops["loader_open"] = loaderOpen
-	ops["loader_next"] = loaderNext
-	ops["loader_release"] = loaderRelease
-	ops["loader_reclaim"] = loaderReclaim
 	earlyOps["loader_next"] = releaseEarly
 	earlyOps["loader_release"] = releaseEarly
-	ops["loader_set_epoch"] = loaderSetEpoch
-	ops["loader_restore"] = loaderRestore
-	ops["loader_stats"] = loaderStats
 	addCode(loader.ErrState, "state")
 	addCode(loader.ErrOptions, "options")
 	addCode(loader.ErrBudget, "budget")

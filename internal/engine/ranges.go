@@ -2,7 +2,6 @@ package engine
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 
 	"github.com/ffkit/ffkit/fs"
@@ -12,18 +11,8 @@ import (
 // {path, offset, length} triples; the response is one shared-memory segment
 // holding the ranges end to end, and the body gives each range's [start,
 // end) in it as int64 pairs.
-func readRanges(ctx context.Context, s *Server, hdr, body []byte, fds []int) (reply, error) {
-	closeFDs(fds)
-	var r struct {
-		Ranges []struct {
-			Path   string `json:"path"`
-			Offset int64  `json:"offset"`
-			Length int64  `json:"length"`
-		} `json:"ranges"`
-	}
-	if err := json.Unmarshal(hdr, &r); err != nil {
-		return reply{}, fmt.Errorf("%w: %v", ErrBadRequest, err)
-	}
+func readRanges(ctx context.Context, s *Server, r *readRangesRequest, in input) (reply, error) {
+	closeFDs(in.fds)
 	offs := make([]int64, len(r.Ranges)+1)
 	for i, rg := range r.Ranges {
 		if rg.Offset < 0 || rg.Length < 0 {
@@ -70,7 +59,7 @@ func readRanges(ctx context.Context, s *Server, hdr, body []byte, fds []int) (re
 	for i := range r.Ranges {
 		pos[2*i], pos[2*i+1] = offs[i], offs[i+1]
 	}
-	rep := reply{header: map[string]any{"ok": true, "size": offs[len(offs)-1]}, body: putInt64s(pos)}
+	rep := reply{header: ffrReadReply{okField: ok(), Size: offs[len(offs)-1]}, body: putInt64s(pos)}
 	if seg.fd >= 0 {
 		rep.fds = []int{seg.fd}
 	}
@@ -78,6 +67,5 @@ func readRanges(ctx context.Context, s *Server, hdr, body []byte, fds []int) (re
 }
 
 func init() {
-	ops["read_ranges"] = readRanges
 	addCode(fs.ErrShortRead, "short_read")
 }

@@ -2,7 +2,6 @@ package engine
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -16,20 +15,8 @@ import (
 // shared memory (tmpfs), and passes its descriptor to Python, which maps it
 // and gets a pyarrow Table without copying or decoding. The file is unlinked
 // before the reply, so its memory lives exactly as long as Python maps it.
-func scanOp(ctx context.Context, s *Server, hdr, body []byte, fds []int) (reply, error) {
-	closeFDs(fds)
-	var q struct {
-		Inputs  []string `json:"inputs"`
-		Columns string   `json:"columns"`
-		Where   string   `json:"where"`
-		SQL     string   `json:"sql"`
-		GroupBy []string `json:"group_by"`
-		Aggs    string   `json:"aggs"`
-		Workers int      `json:"workers"`
-	}
-	if err := json.Unmarshal(hdr, &q); err != nil {
-		return reply{}, fmt.Errorf("%w: %v", ErrBadRequest, err)
-	}
+func scanOp(ctx context.Context, s *Server, q *scanRequest, in input) (reply, error) {
+	closeFDs(in.fds)
 	base := "/dev/shm"
 	if st, err := os.Stat(base); err != nil || !st.IsDir() || unix.Access(base, unix.W_OK) != nil {
 		base = os.TempDir()
@@ -58,9 +45,5 @@ func scanOp(ctx context.Context, s *Server, hdr, body []byte, fds []int) (reply,
 	if err != nil {
 		return reply{}, fmt.Errorf("engine: scan output: %w", err)
 	}
-	return reply{header: map[string]any{"ok": true, "size": st.Size(), "summary": sum}, fds: []int{fd}}, nil
-}
-
-func init() {
-	ops["scan"] = scanOp
+	return reply{header: scanReply{okField: ok(), Size: st.Size(), Summary: sum}, fds: []int{fd}}, nil
 }

@@ -20,9 +20,6 @@ import (
 // thread with a request in flight).
 const MaxConns = 256
 
-// Version is the protocol version; Python checks it in "hello".
-const Version = 3
-
 // ErrBadRequest: a request names an unknown operation or handle, or has bad
 // arguments.
 var ErrBadRequest = errkind.New(errkind.Usage, "engine: bad request")
@@ -39,10 +36,10 @@ type Server struct {
 // handle is anything a request can open and later close.
 type handle interface{ Close() error }
 
-// request is the part of a request header every operation shares.
-type request struct {
+// opName is the part of a request header every operation shares.
+type opName struct {
 	Op     string `json:"op"`
-	Handle uint64 `json:"handle,omitempty"`
+	Handle uint64 `json:"handle"`
 }
 
 // reply is what an operation returns: a header (marshalled to JSON), an
@@ -54,34 +51,24 @@ type reply struct {
 	fds    []int
 }
 
-// opFunc runs one operation.
-type opFunc func(ctx context.Context, s *Server, hdr []byte, body []byte, fds []int) (reply, error)
-
-// ops maps operation names to their implementations; files register theirs
-// in init.
-var ops = map[string]opFunc{}
-
-func init() {
-	ops["hello"] = func(ctx context.Context, s *Server, hdr, body []byte, fds []int) (reply, error) {
-		return reply{header: map[string]any{"ok": true, "version": Version, "pid": os.Getpid()}}, nil
-	}
-	ops["close"] = func(ctx context.Context, s *Server, hdr, body []byte, fds []int) (reply, error) {
-		var r request
-		if err := json.Unmarshal(hdr, &r); err != nil {
-			return reply{}, fmt.Errorf("%w: %v", ErrBadRequest, err)
-		}
-		s.mu.Lock()
-		h, ok := s.handles[r.Handle]
-		delete(s.handles, r.Handle)
-		s.mu.Unlock()
-		if !ok {
-			return okReply(), nil // closing twice is harmless
-		}
-		return okReply(), h.Close()
-	}
+func hello(ctx context.Context, s *Server, q *helloRequest, in input) (reply, error) {
+	closeFDs(in.fds)
+	return reply{header: helloReply{okField: ok(), Version: Version, PID: os.Getpid()}}, nil
 }
 
-func okReply() reply { return reply{header: map[string]any{"ok": true}} }
+func closeOp(ctx context.Context, s *Server, q *closeRequest, in input) (reply, error) {
+	closeFDs(in.fds)
+	s.mu.Lock()
+	h, found := s.handles[q.Handle]
+	delete(s.handles, q.Handle)
+	s.mu.Unlock()
+	if !found {
+		return okReply(), nil // closing twice is harmless
+	}
+	return okReply(), h.Close()
+}
+
+func okReply() reply { return reply{header: ok()} }
 
 // NewServer returns a server with no handles.
 func NewServer() *Server { return &Server{handles: map[uint64]handle{}} }
@@ -144,6 +131,9 @@ func (s *Server) serveConn(ctx context.Context, c *net.UnixConn, control bool) e
 	type in struct {
 		f   frame
 		err error
+		// consumed is closed when the operation is done with a streamed
+		// body (the next frame follows it on the connection).
+		consumed chan struct{}
 	}
 	frames := make(chan in)
 	done := make(chan struct{})
@@ -151,19 +141,36 @@ func (s *Server) serveConn(ctx context.Context, c *net.UnixConn, control bool) e
 		defer close(done)
 		for {
 			f, err := readFrame(c)
+			var consumed chan struct{}
+			if err == nil && f.stream != nil {
+				var r opName
+				json.Unmarshal(f.header, &r)
+				if spec := opsByName[r.Op]; spec != nil && spec.Stream {
+					consumed = make(chan struct{})
+				} else if err = f.readBody(); err != nil {
+					closeFDs(f.fds)
+				}
+			}
 			if err != nil {
 				cancel() // the peer left: abandon what it asked for
 			} else {
 				s.early(f.header)
 			}
 			select {
-			case frames <- in{f, err}:
+			case frames <- in{f, err, consumed}:
 			case <-ctx.Done():
 				closeFDs(f.fds)
 				return
 			}
 			if err != nil {
 				return
+			}
+			if consumed != nil {
+				select {
+				case <-consumed:
+				case <-ctx.Done():
+					return
+				}
 			}
 		}
 	}()
@@ -178,7 +185,7 @@ func (s *Server) serveConn(ctx context.Context, c *net.UnixConn, control bool) e
 		if m.err != nil {
 			return m.err
 		}
-		var r request
+		var r opName
 		if err := json.Unmarshal(m.f.header, &r); err != nil {
 			closeFDs(m.f.fds)
 			if err := writeFrame(c, errorHeader(fmt.Errorf("%w: header: %v", ErrProtocol, err)), nil, nil); err != nil {
@@ -194,13 +201,29 @@ func (s *Server) serveConn(ctx context.Context, c *net.UnixConn, control bool) e
 			closeFDs(m.f.fds)
 			return s.loaderStream(ctx, c, m.f.header)
 		}
-		if r.Op == "connect" {
-			rep, err = s.connect(ctx, m.f.fds)
-		} else if op, ok := ops[r.Op]; ok {
-			rep, err = runOp(ctx, s, r.Op, op, m.f)
-		} else {
+		spec := opsByName[r.Op]
+		switch {
+		case r.Op == "connect":
+			var q connectRequest
+			if err = decodeRequest(r.Op, m.f.header, &q); err != nil {
+				closeFDs(m.f.fds)
+			} else {
+				rep, err = s.connect(ctx, m.f.fds)
+			}
+		case spec != nil && spec.run != nil:
+			rep, err = runOp(ctx, s, spec, m.f)
+		default:
 			closeFDs(m.f.fds)
 			err = fmt.Errorf("%w: unknown operation %q", ErrBadRequest, r.Op)
+		}
+		if m.consumed != nil {
+			// Whatever the operation left of its streamed body is read and
+			// dropped, so the next frame starts where it should.
+			derr := m.f.stream.drain()
+			close(m.consumed)
+			if derr != nil {
+				return derr
+			}
 		}
 		if err != nil {
 			closeFDs(rep.fds)
@@ -217,13 +240,13 @@ func (s *Server) serveConn(ctx context.Context, c *net.UnixConn, control bool) e
 // runOp runs one operation, turning a panic in it into an error reply: one
 // bad request must not take down the helper and every reader it serves.
 // (A panic in a goroutine the operation starts still ends the process.)
-func runOp(ctx context.Context, s *Server, name string, op opFunc, f frame) (rep reply, err error) {
+func runOp(ctx context.Context, s *Server, spec *OpSpec, f frame) (rep reply, err error) {
 	defer func() {
 		if p := recover(); p != nil {
-			rep, err = reply{}, fmt.Errorf("engine: internal error in %s: %v", name, p)
+			rep, err = reply{}, fmt.Errorf("engine: internal error in %s: %v", spec.Name, p)
 		}
 	}()
-	return op(ctx, s, f.header, f.body, f.fds)
+	return spec.run(ctx, s, f.header, input{body: f.body, fds: f.fds, stream: f.stream})
 }
 
 // connect starts serving a request connection passed as a descriptor.
@@ -263,7 +286,7 @@ func (s *Server) early(hdr []byte) {
 	if len(earlyOps) == 0 {
 		return
 	}
-	var r request
+	var r opName
 	if json.Unmarshal(hdr, &r) != nil {
 		return
 	}
@@ -280,13 +303,25 @@ var codes []struct {
 }
 
 func addCode(err error, code string) {
+	if !knownCode(code) {
+		panic(fmt.Sprintf("engine: error code %q is not in ErrorCodes", code))
+	}
 	codes = append(codes, struct {
 		err  error
 		code string
 	}{err, code})
 }
 
-func errorHeader(err error) map[string]any {
+func knownCode(code string) bool {
+	for _, c := range ErrorCodes {
+		if c.Code == code {
+			return true
+		}
+	}
+	return false
+}
+
+func errorHeader(err error) errorReply {
 	code := ""
 	for _, c := range codes {
 		if errors.Is(err, c.err) {
@@ -305,7 +340,7 @@ func errorHeader(err error) map[string]any {
 	case errors.Is(err, unix.ENOSPC):
 		code = "no_space"
 	}
-	return map[string]any{"error": err.Error(), "kind": errkind.Of(err).String(), "code": code}
+	return errorReply{Error: err.Error(), Kind: errkind.Of(err).String(), Code: code}
 }
 
 // Listen adopts the control connection from descriptor fd.

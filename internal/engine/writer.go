@@ -3,8 +3,8 @@ package engine
 import (
 	"context"
 	"encoding/binary"
-	"encoding/json"
 	"fmt"
+	"io"
 	"sync"
 
 	"github.com/ffkit/ffkit/ffrecord"
@@ -30,37 +30,29 @@ func (w *writer) Close() error {
 	return nil
 }
 
-func ffwCreate(ctx context.Context, s *Server, hdr, body []byte, fds []int) (reply, error) {
-	closeFDs(fds)
-	var q struct {
-		Path string `json:"path"`
-		N    int64  `json:"n"`
-	}
-	if err := json.Unmarshal(hdr, &q); err != nil {
-		return reply{}, fmt.Errorf("%w: %v", ErrBadRequest, err)
-	}
+func ffwCreate(ctx context.Context, s *Server, q *ffwCreateRequest, in input) (reply, error) {
+	closeFDs(in.fds)
 	w, err := ffrecord.Create(ctx, q.Path, q.N)
 	if err != nil {
 		return reply{}, err
 	}
-	return reply{header: map[string]any{"ok": true, "handle": s.add(&writer{w: w})}}, nil
+	return reply{header: handleReply{okField: ok(), Handle: s.add(&writer{w: w})}}, nil
 }
 
 // ffwWrite appends samples: the body is count int64 lengths, then the
-// samples' bytes end to end.
-func ffwWrite(ctx context.Context, s *Server, hdr, body []byte, fds []int) (reply, error) {
-	closeFDs(fds)
-	var q struct {
-		request
-		Count int64 `json:"count"`
-	}
-	if err := json.Unmarshal(hdr, &q); err != nil {
-		return reply{}, fmt.Errorf("%w: %v", ErrBadRequest, err)
-	}
+// samples' bytes end to end. A streamed body (longer than MaxChunk) is
+// copied from the connection into the file sample by sample, so the engine
+// holds one chunk of it at a time whatever the sample's size.
+func ffwWrite(ctx context.Context, s *Server, q *ffwWriteRequest, in input) (reply, error) {
+	closeFDs(in.fds)
 	w, err := lookup[*writer](s, q.Handle)
 	if err != nil {
 		return reply{}, err
 	}
+	if in.stream != nil {
+		return ffwWriteStream(ctx, w, q, in.stream)
+	}
+	body := in.body
 	if q.Count < 0 || q.Count*8 > int64(len(body)) {
 		return reply{}, fmt.Errorf("%w: ffw_write of %d samples with a %d-byte body", ErrProtocol, q.Count, len(body))
 	}
@@ -83,13 +75,41 @@ func ffwWrite(ctx context.Context, s *Server, hdr, body []byte, fds []int) (repl
 	return okReply(), nil
 }
 
-func ffwFinish(abort bool) opFunc {
-	return func(ctx context.Context, s *Server, hdr, body []byte, fds []int) (reply, error) {
-		closeFDs(fds)
-		var q request
-		if err := json.Unmarshal(hdr, &q); err != nil {
-			return reply{}, fmt.Errorf("%w: %v", ErrBadRequest, err)
+// ffwWriteStream is ffwWrite for a streamed body.
+func ffwWriteStream(ctx context.Context, w *writer, q *ffwWriteRequest, r *chunkReader) (reply, error) {
+	if q.Count < 0 || q.Count*8 > r.total {
+		return reply{}, fmt.Errorf("%w: ffw_write of %d samples with a %d-byte body", ErrProtocol, q.Count, r.total)
+	}
+	lens := make([]byte, 8*q.Count)
+	if _, err := io.ReadFull(r, lens); err != nil {
+		return reply{}, fmt.Errorf("%w: ffw_write: %v", ErrProtocol, err)
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.done {
+		return reply{}, fmt.Errorf("%w: writer is closed", ErrBadRequest)
+	}
+	for i := int64(0); i < q.Count; i++ {
+		l := int64(binary.LittleEndian.Uint64(lens[8*i:]))
+		if l < 0 || l > r.left {
+			return reply{}, fmt.Errorf("%w: ffw_write sample %d of %d bytes, %d left in the body", ErrProtocol, i, l, r.left)
 		}
+		if err := ctx.Err(); err != nil {
+			return reply{}, err
+		}
+		if err := w.w.WriteFrom(r, l); err != nil {
+			return reply{}, err
+		}
+	}
+	if r.left != 0 {
+		return reply{}, fmt.Errorf("%w: ffw_write: %d bytes past the last sample", ErrProtocol, r.left)
+	}
+	return okReply(), nil
+}
+
+func ffwFinish(abort bool) func(ctx context.Context, s *Server, q *ffwFinishRequest, in input) (reply, error) {
+	return func(ctx context.Context, s *Server, q *ffwFinishRequest, in input) (reply, error) {
+		closeFDs(in.fds)
 		w, err := lookup[*writer](s, q.Handle)
 		if err != nil {
 			return reply{}, err
@@ -113,11 +133,4 @@ func ffwFinish(abort bool) opFunc {
 		}
 		return okReply(), nil
 	}
-}
-
-func init() {
-	ops["ffw_create"] = ffwCreate
-	ops["ffw_write"] = ffwWrite
-	ops["ffw_close"] = ffwFinish(false)
-	ops["ffw_abort"] = ffwFinish(true)
 }

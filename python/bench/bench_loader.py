@@ -190,13 +190,13 @@ def hfai_torch(ffr, bs, epochs, workers):
 
 
 def roundtrip_us(k=2000):
-    from ffkit import _engine
+    from ffkit import _engine, _protocol
 
     e = _engine.get()
-    e.call({"op": "hello"})
+    e.call(_protocol.HelloRequest())
     t = time.perf_counter()
     for _ in range(k):
-        e.call({"op": "hello"})
+        e.call(_protocol.HelloRequest())
     return (time.perf_counter() - t) / k * 1e6
 
 

@@ -19,12 +19,7 @@ from .errors import ChecksumError, DataError, FFKitError
 
 __version__ = "0.1.0"
 
-
-def scan(inputs, **options):
-    """Scans Parquet inputs into a pyarrow Table (see ``ffkit._scan.scan``)."""
-    from ._scan import scan as _scan
-
-    return _scan(inputs, **options)
+from ._scan import scan  # noqa: E402  (light: imports the engine on first call)
 
 
 def pack(src, out, **options):

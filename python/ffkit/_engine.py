@@ -14,6 +14,16 @@ released while a request blocks in the socket.
 
 Ctrl-C: a KeyboardInterrupt raised while a request waits closes that
 request's connection; the engine sees the close and cancels the request.
+
+Lifecycle: the helper's stdin, stdout and stderr are /dev/null (set
+FFKIT_ENGINE_LOG=FILE to append its stderr to FILE), so it never holds a
+pipe of this process open; it exits when this process exits or dies, even
+killed with SIGKILL (it is told this process's pid and watches it), and on
+SIGTERM/SIGINT. A request that finds the helper gone starts a fresh one.
+
+Frames and request headers follow ``_protocol`` (generated from the engine's
+schema): bodies longer than ``MAX_CHUNK`` are streamed in chunks, sent
+straight from the caller's buffers.
 """
 import atexit
 import ctypes
@@ -29,12 +39,14 @@ import threading
 
 import numpy as np
 
-from . import errors
+from . import _protocol, errors
 
-PROTOCOL_VERSION = 3
+PROTOCOL_VERSION = _protocol.VERSION
 _BIN = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_bin", "ffkit")
 _PRE = struct.Struct("<II")
-_MAX_FDS = 4
+_U32 = struct.Struct("<I")
+_U64 = struct.Struct("<Q")
+_MAX_FDS = _protocol.MAX_FDS
 _POPULATE = getattr(mmap, "MAP_POPULATE", 0)
 
 
@@ -77,22 +89,76 @@ def _recv_exact_into(sock, view):
         got += k
 
 
-def send_request(sock, header, body=b"", fds=()):
-    """Sends one request frame."""
+def _nbytes(part):
+    return part.nbytes if isinstance(part, memoryview) else len(part)
+
+
+def frame_prefix(header, body_len, max_chunk=None):
+    """The bytes that open a request frame: lengths, then the JSON header
+    (and a streamed body's total when body_len exceeds the chunk size)."""
+    max_chunk = max_chunk or _protocol.MAX_CHUNK
     h = json.dumps(header, separators=(",", ":")).encode()
-    blen = len(body) if not isinstance(body, memoryview) else body.nbytes
-    msg = _PRE.pack(len(h), blen) + h
-    if blen and blen <= 65536:
-        msg += bytes(body)
-        blen = 0
+    if body_len > max_chunk:
+        return _PRE.pack(len(h), _protocol.STREAM_MARK) + h + _U64.pack(body_len)
+    return _PRE.pack(len(h), body_len) + h
+
+
+def encode_request(header, parts=(), max_chunk=None):
+    """A whole request frame as bytes (for tests and golden frames)."""
+    out = bytearray()
+    for piece in _frame_pieces(header, [memoryview(p).cast("B") for p in parts], max_chunk):
+        out += piece
+    return bytes(out)
+
+
+def _frame_pieces(header, parts, max_chunk=None):
+    """The frame as a list of buffers, views of the caller's parts (no copy
+    of the body)."""
+    max_chunk = max_chunk or _protocol.MAX_CHUNK
+    total = sum(_nbytes(p) for p in parts)
+    pieces = [frame_prefix(header, total, max_chunk)]
+    if total <= max_chunk:
+        pieces += [p for p in parts if _nbytes(p)]
+        return pieces
+    # Streamed: chunks of at most max_chunk bytes, each after its length,
+    # cut from the parts without copying.
+    chunk, room = [], max_chunk
+    for p in parts:
+        mv = p if isinstance(p, memoryview) else memoryview(p)
+        while mv.nbytes:
+            take = mv[:room]
+            chunk.append(take)
+            room -= take.nbytes
+            mv = mv[take.nbytes:]
+            if room == 0:
+                pieces.append(_U32.pack(max_chunk))
+                pieces += chunk
+                chunk, room = [], max_chunk
+    if chunk:
+        pieces.append(_U32.pack(max_chunk - room))
+        pieces += chunk
+    return pieces
+
+
+def send_request(sock, header, body=b"", fds=()):
+    """Sends one request frame. ``body`` is a buffer or a list of buffers,
+    sent as they are (no copy); bodies over MAX_CHUNK are streamed."""
+    parts = body if isinstance(body, (list, tuple)) else [body]
+    parts = [p if isinstance(p, memoryview) else memoryview(p) for p in parts]
+    parts = [p if p.format == "B" and p.ndim == 1 else p.cast("B") for p in parts]
+    pieces = _frame_pieces(header, parts)
+    first = pieces[0]
+    if len(pieces) > 1 and sum(_nbytes(p) for p in pieces) <= 65536:
+        first = b"".join(pieces)  # a small frame: one system call
+        pieces = [first]
     if fds:
-        sent = socket.send_fds(sock, [msg], list(fds))
-        if sent < len(msg):
-            sock.sendall(msg[sent:])
+        sent = socket.send_fds(sock, [first], list(fds))
+        if sent < len(first):
+            sock.sendall(first[sent:])
     else:
-        sock.sendall(msg)
-    if blen:
-        sock.sendall(body)
+        sock.sendall(first)
+    for p in pieces[1:]:
+        sock.sendall(p)
 
 
 def recv_reply(sock):
@@ -104,6 +170,8 @@ def recv_reply(sock):
         if len(data) < 8:
             data += _recv_exact(sock, 8 - len(data))
         hl, bl = _PRE.unpack_from(data)
+        if bl == _protocol.STREAM_MARK:
+            return _recv_streamed(sock, data, hl, rfds)
         total = 8 + hl + bl
         if len(data) < total:
             buf = bytearray(total)
@@ -117,6 +185,38 @@ def recv_reply(sock):
             os.close(fd)
         raise
     rep = Reply(hdr, rbody, list(rfds))
+    if "error" in hdr:
+        rep.close_fds()
+        raise errors.from_reply(hdr)
+    return rep
+
+
+def _recv_streamed(sock, data, hl, rfds):
+    """The rest of a reply whose body is streamed (longer than MAX_CHUNK)."""
+    need = 8 + hl + 8
+    if len(data) < need:
+        data = bytes(data) + _recv_exact(sock, need - len(data))
+    hdr = json.loads(bytes(data[8 : 8 + hl]))
+    (total,) = _U64.unpack_from(data, 8 + hl)
+    body = bytearray(total)
+    mv = memoryview(body)
+    rest = memoryview(data)[need:]
+    pos = 0
+    pending = bytes(rest)
+    while pos < total:
+        while len(pending) < 4:
+            pending += _recv_exact(sock, 4 - len(pending))
+        (n,) = _U32.unpack_from(pending)
+        if n == 0 or n > _protocol.MAX_CHUNK or n > total - pos:
+            raise errors.EngineError(f"ffkit: bad streamed reply chunk of {n} bytes")
+        pending = pending[4:]
+        k = min(n, len(pending))
+        mv[pos : pos + k] = pending[:k]
+        pending = pending[k:]
+        if k < n:
+            _recv_exact_into(sock, mv[pos + k : pos + n])
+        pos += n
+    rep = Reply(hdr, mv, list(rfds))
     if "error" in hdr:
         rep.close_fds()
         raise errors.from_reply(hdr)
@@ -237,13 +337,22 @@ class Engine:
         self._idle = []  # idle request connections (list ops are atomic)
         self._ctl_lock = threading.Lock()
         ctl, remote = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        log = None
         try:
+            log_path = os.environ.get("FFKIT_ENGINE_LOG")
+            if log_path:
+                log = open(log_path, "ab")
             self.proc = subprocess.Popen(
-                [binary_path(), "engine", "--fd", str(remote.fileno())],
+                [binary_path(), "engine", "--fd", str(remote.fileno()), "--parent", str(os.getpid())],
                 pass_fds=(remote.fileno(),),
                 stdin=subprocess.DEVNULL,
+                # Never our stdout/stderr: a helper must not hold a
+                # pipeline's pipe open.
+                stdout=subprocess.DEVNULL,
+                stderr=log if log is not None else subprocess.DEVNULL,
                 # Its own session: a terminal's Ctrl-C reaches Python only;
-                # the helper ends when the control socket closes.
+                # the helper ends when the control socket closes or this
+                # process dies.
                 start_new_session=True,
             )
         except BaseException:
@@ -251,10 +360,12 @@ class Engine:
             raise
         finally:
             remote.close()
+            if log is not None:
+                log.close()
         self._ctl = ctl
         try:
             with self._ctl_lock:
-                rep = roundtrip(ctl, {"op": "hello"})
+                rep = roundtrip(ctl, _protocol.HelloRequest())
         except BaseException:
             self.shutdown()
             raise
@@ -279,7 +390,7 @@ class Engine:
         try:
             with self._ctl_lock:
                 try:
-                    roundtrip(self._ctl, {"op": "connect"}, fds=[b.fileno()])
+                    roundtrip(self._ctl, _protocol.ConnectRequest(), fds=[b.fileno()])
                 except errors.FFKitError:
                     raise
                 except OSError as e:
@@ -469,7 +580,7 @@ class Handle:
         self._eng = self._hid = None
         if e is not None and not e.dead and e.pid == os.getpid():
             try:
-                e.call({"op": "close", "handle": hid})
+                e.call(_protocol.CloseRequest(handle=hid))
             except Exception:
                 pass
 

@@ -8,10 +8,15 @@ derives from the built-in exception a Python user would expect, so existing
 - ``DataError(ValueError)``: the data is bad. Subclasses ``ChecksumError``,
   ``CorruptError``, ``TruncatedError``.
 - ``UsageError(ValueError)``: a bad argument; ``IndexOutOfRange`` also derives
-  from ``IndexError``.
+  from ``IndexError``; ``NoFilesError``, ``StateError``, ``OptionsError``,
+  ``BudgetError``, ``BadRequestError``, ``ProtocolError``.
 - ``UnavailableError(OSError)``: a file or service could not be reached;
-  ``NotFoundError`` also derives from ``FileNotFoundError``.
+  ``NotFoundError`` also derives from ``FileNotFoundError``,
+  ``PermissionDeniedError`` from ``PermissionError``; ``NoSpaceError``.
 - ``EngineError(RuntimeError)``: the helper process failed.
+
+Every error code the engine sends (``_protocol.ERROR_CODES``, generated from
+the engine's schema) has its class here; a test checks that none is missing.
 """
 
 
@@ -53,6 +58,42 @@ class IndexOutOfRange(UsageError, IndexError):
     code = "index"
 
 
+class NoFilesError(UsageError):
+    """A path names no .ffr files."""
+
+    code = "no_files"
+
+
+class StateError(UsageError):
+    """A loader state that does not fit this loader or dataset."""
+
+    code = "state"
+
+
+class OptionsError(UsageError):
+    """Loader options out of range."""
+
+    code = "options"
+
+
+class BudgetError(UsageError):
+    """A memory budget too small for one batch."""
+
+    code = "budget"
+
+
+class BadRequestError(UsageError):
+    """The engine refused a request (unknown operation, handle or field)."""
+
+    code = "bad_request"
+
+
+class ProtocolError(UsageError):
+    """A frame that does not follow the engine protocol."""
+
+    code = "protocol"
+
+
 class UnavailableError(FFKitError, OSError):
     kind = "unavailable"
 
@@ -61,17 +102,34 @@ class NotFoundError(UnavailableError, FileNotFoundError):
     code = "not_found"
 
 
+class PermissionDeniedError(UnavailableError, PermissionError):
+    code = "permission"
+
+
+class NoSpaceError(UnavailableError):
+    code = "no_space"
+
+
 class EngineError(FFKitError, RuntimeError):
     """The engine helper process died or broke the protocol."""
 
 
+# "canceled" is not here: it becomes KeyboardInterrupt (see from_reply).
 _BY_CODE = {
     "checksum": ChecksumError,
     "corrupt": CorruptError,
     "truncated": TruncatedError,
     "short_read": TruncatedError,
     "index": IndexOutOfRange,
+    "no_files": NoFilesError,
+    "state": StateError,
+    "options": OptionsError,
+    "budget": BudgetError,
+    "bad_request": BadRequestError,
+    "protocol": ProtocolError,
     "not_found": NotFoundError,
+    "permission": PermissionDeniedError,
+    "no_space": NoSpaceError,
 }
 _BY_KIND = {"data": DataError, "usage": UsageError, "unavailable": UnavailableError}
 

@@ -39,11 +39,11 @@ import weakref
 
 import numpy as np
 
-from . import _engine, errors
+from . import _engine, _protocol, errors
 from .ffrecord import _paths
 
 
-_META = 10  # int64s that open a batch reply's body
+_META = _protocol.BATCH_META  # int64s that open a batch reply's body
 _PEEK = socket.MSG_PEEK | socket.MSG_DONTWAIT
 
 
@@ -238,13 +238,12 @@ class Loader:
         self.paths = _paths(path)
         self.batch_size = int(batch_size)
         self.hold = int(hold)
-        self._open_header = {
-            "op": "loader_open", "paths": self.paths, "batch_size": self.batch_size, "shuffle": bool(shuffle),
-            "seed": int(seed), "rank": rank, "world_size": world_size, "drop_last": bool(drop_last),
-            "prefetch": int(prefetch), "hold": self.hold, "check_data": bool(check_data),
-            "direct": bool(direct), "workers": int(workers or 0), "memory_budget": int(memory_budget or 0),
-            "skip_bad": bool(skip_bad), "block_size": int(block_size), "ahead": int(ahead),
-        }
+        self._open_header = _protocol.LoaderOpenRequest(
+            paths=self.paths, batch_size=self.batch_size, shuffle=shuffle, seed=seed, rank=rank,
+            world_size=world_size, drop_last=drop_last, prefetch=prefetch, hold=self.hold, check_data=check_data,
+            direct=direct, workers=workers or 0, memory_budget=memory_budget or 0, skip_bad=skip_bad,
+            block_size=block_size, ahead=ahead,
+        )
         self.ahead = max(0, int(ahead))
         self.rank, self.world_size = rank, world_size
         self._eng = None
@@ -312,9 +311,9 @@ class Loader:
             # A new helper (fork, or the old one died): continue where we were.
             state = dict(self._state)
             if state["cursor"] == 0 and state["step"] == 0:
-                rep = e.call({"op": "loader_set_epoch", "handle": self._hid, "epoch": state["epoch"]})
+                rep = e.call(_protocol.LoaderSetEpochRequest(handle=self._hid, epoch=state["epoch"]))
             else:
-                rep = e.call({"op": "loader_restore", "handle": self._hid, "state": state})
+                rep = e.call(_protocol.LoaderRestoreRequest(handle=self._hid, state=state))
             template = rep.header["state"]
         self._state = template
         return e
@@ -404,7 +403,7 @@ class Loader:
         socket: started after a rewind, it would take a batch from the new
         position and lose it on the closed socket)."""
         self._drain()
-        e.call({"op": "loader_reclaim", "handle": self._hid, "keep": sorted(self._live), "stream": self._streams})
+        e.call(_protocol.LoaderReclaimRequest(handle=self._hid, keep=sorted(self._live), stream=self._streams))
         self._fenced = self._streams
 
     def _abandon(self):
@@ -419,9 +418,9 @@ class Loader:
         self._reclaim(e)
         st = self._state
         if st["cursor"] == 0 and st["step"] == 0:
-            e.call({"op": "loader_set_epoch", "handle": self._hid, "epoch": st["epoch"]})
+            e.call(_protocol.LoaderSetEpochRequest(handle=self._hid, epoch=st["epoch"]))
         else:
-            e.call({"op": "loader_restore", "handle": self._hid, "state": dict(st)})
+            e.call(_protocol.LoaderRestoreRequest(handle=self._hid, state=dict(st)))
         self._needs_rewind = False
 
     def _fetch(self):
@@ -445,7 +444,7 @@ class Loader:
                 self._sock = _engine.Pipe(e.connection())
                 self._sock.on_empty = Loader._starving(self._board, self._waiting, self._wake_word, self._waker)
                 self._streams += 1
-                self._sock.send({"op": "loader_stream", "handle": self._hid, "stream": self._streams})
+                self._sock.send(_protocol.LoaderStreamRequest(handle=self._hid, stream=self._streams))
             rep = self._sock.recv()
         except errors.EngineError:
             self._abandon()
@@ -478,6 +477,7 @@ class Loader:
         # (L if every sample is L bytes at a multiple of L, else 0), n
         # indices, n [start, end) pairs.
         body = rep.body
+        # The layout is _protocol.BATCH_FIELDS (the engine's schema).
         slot, seq, n, epoch, step, padded, s_epoch, s_cursor, s_step, grid = body[:_META].tolist()
         indices = body[_META : _META + n]
         pos = body[_META + n :].reshape(n, 2)
@@ -521,7 +521,7 @@ class Loader:
             stash, self._stash = self._stash, None
             if stash is not None:
                 stash.release()
-            rep = self._call({"op": "loader_set_epoch", "epoch": int(epoch)})
+            rep = self._call(_protocol.LoaderSetEpochRequest(epoch=epoch))
             self._state = rep.header["state"]
             self._epoch = int(epoch)
 
@@ -537,7 +537,7 @@ class Loader:
             stash, self._stash = self._stash, None
             if stash is not None:
                 stash.release()
-            rep = self._call({"op": "loader_restore", "state": dict(state)})
+            rep = self._call(_protocol.LoaderRestoreRequest(state=dict(state)))
             self._state = rep.header["state"]
             self._epoch = self._state["epoch"]
 
@@ -547,7 +547,7 @@ class Loader:
 
     def stats(self):
         """The Go loader's counters (batches, bytes, read time, stalls...)."""
-        return self._call({"op": "loader_stats"}, seek=False).header["stats"]
+        return self._call(_protocol.LoaderStatsRequest(), seek=False).header["stats"]
 
     def close(self):
         if self._closed:
@@ -561,7 +561,7 @@ class Loader:
         self._closed = True
         if e is not None and not e.dead and e.pid == os.getpid():
             try:
-                e.call({"op": "close", "handle": hid})
+                e.call(_protocol.CloseRequest(handle=hid))
             except Exception:
                 pass
 

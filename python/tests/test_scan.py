@@ -50,3 +50,26 @@ def test_scan_table_is_mapped_not_copied(parquet_dir):
 def test_scan_errors(tmp_path):
     with pytest.raises(errors.FFKitError):
         ffkit.scan(str(tmp_path / "none.parquet"))
+
+
+def test_scan_group_by_and_aggs_take_str_or_list(parquet_dir):
+    # Before: a str group_by was split into characters (unknown column "l")
+    # and a list aggs was refused by the engine (cannot unmarshal array).
+    expect = {"en": 6666, "fr": 3334}
+    for group_by, aggs in [("lang", "count(*)"), (["lang"], ["count(*)"]), ("lang", ["count(*)", "mean(score)"]),
+                           (" lang ", "count(*), mean(score)")]:
+        t = ffkit.scan(str(parquet_dir), group_by=group_by, aggs=aggs)
+        rows = {r["lang"]: r["count(*)"] for r in t.to_pylist()}
+        assert rows == expect, (group_by, aggs)
+    with pytest.raises(TypeError, match="group_by"):
+        ffkit.scan(str(parquet_dir), group_by=5, aggs="count(*)")
+    with pytest.raises(TypeError, match="aggs"):
+        ffkit.scan(str(parquet_dir), group_by="lang", aggs=["count(*)", 3])
+
+
+def test_scan_has_a_real_signature_and_docstring():
+    import inspect
+
+    params = inspect.signature(ffkit.scan).parameters
+    assert list(params)[:7] == ["inputs", "columns", "where", "sql", "group_by", "aggs", "workers"]
+    assert "group_by" in ffkit.scan.__doc__ and "a list" in ffkit.scan.__doc__

@@ -124,11 +124,74 @@ def test_ffrecord_torch_dataloader(gen, workers):
 def test_ffrecord_torch_set_step(gen):
     path, n = gen
     dl = fft.DataLoader(Decoded(path), batch_size=64, shuffle=False, num_workers=2)
+    whole = len(dl)
     dl.set_step(40)
+    assert len(dl) == whole - 40
     rows = torch.cat(list(dl)).tolist()
     assert [r[0] for r in rows] == list(range(40 * 64, n))
-    # Only the next iteration skips.
+    # As the reference: the step holds for every iteration until changed.
+    assert [r[0] for r in torch.cat(list(dl)).tolist()] == list(range(40 * 64, n))
+    dl.set_step(0)
+    assert len(dl) == whole
     assert len(torch.cat(list(dl))) == n
+    with pytest.raises(ValueError, match="out of range"):
+        dl.set_step(whole + 1)
+    with pytest.raises(ValueError, match="out of range"):
+        dl.set_step(-1)
+
+
+class Counting(fft.Dataset):
+    """Counts the batches process() sees (in this process: num_workers=0)."""
+
+    def __init__(self, path):
+        super().__init__(path)
+        self.seen = 0
+
+    def process(self, indices, data):
+        self.seen += 1
+        return [torch.tensor([i]) for i in indices]
+
+
+def test_ffrecord_torch_set_step_not_skippable_reads_and_drops(gen):
+    path, n = gen
+    ds = Counting(path)
+    dl = fft.DataLoader(ds, batch_size=100, num_workers=0, skippable=False)
+    dl.set_step(3)
+    assert len(dl) == -(-n // 100) - 3
+    got = torch.cat(list(dl)).flatten().tolist()
+    assert got == list(range(300, n))
+    assert ds.seen == -(-n // 100)  # the 3 skipped batches were read too
+    ds.seen = 0
+    dl.set_step(2, skippable=True)
+    assert torch.cat(list(dl)).flatten().tolist() == list(range(200, n))
+    assert ds.seen == -(-n // 100) - 2
+
+
+def test_ffrecord_dataset_add_is_ffrecord_concat(gen):
+    path, n = gen
+    a, b = Decoded(path), Decoded(path)
+    c = a + b
+    assert isinstance(c, fft.ConcatDataset)
+    got = [t.tolist()[0] for t in c[[1, n, n + 2, 0]]]
+    assert got == [1, 0, 2, 0]
+
+
+def test_reader_registry_lists_nested_readers(gen):
+    path, n = gen
+
+    class Inner(fft.ReaderRegistry):
+        def __init__(self):
+            self.r1 = FileReader(path)
+            self.r2 = FileReader(path)
+
+    class Outer(fft.Dataset):
+        def __init__(self):
+            self.reader = FileReader(path)
+            self.inner = Inner()
+            self.alias = self.reader  # the same reader once
+
+    rs = Outer().ffreaders()
+    assert len(rs) == 3 and all(isinstance(r, FileReader) for r in rs)
 
 
 def test_subset_and_concat(gen):

@@ -16,13 +16,32 @@ byte-compatible with the reference. Differences, all on purpose:
   (all ``ValueError``) naming the file, sample and bytes; nothing aborts the
   process and no read is ever silently short.
 """
+import fcntl
 import os
+import struct
 
 import numpy as np
 
-from .. import _engine, errors
+from .. import __version__, _engine, _protocol, errors
 
-__all__ = ["FileReader", "FileWriter", "PackedFolder"]
+__all__ = ["FileReader", "FileWriter", "PackedFolder", "pack_folder", "checkFsAlign", "__version__"]
+
+# The reference's ioctl that asks HFAI's file system whether a descriptor's
+# reads are aligned (see checkFsAlign).
+_FS_IOCNUM_CHECK_FS_ALIGN = 2147772004
+
+
+def checkFsAlign(fd):
+    """True when the file system of ``fd`` says (through the reference's
+    FS_IOCNUM_CHECK_FS_ALIGN ioctl, HFAI's 3FS) that direct reads of it are
+    aligned; False on every other file system. Same answer as the
+    reference's ``ffrecord.checkFsAlign``."""
+    buf = bytearray(4)
+    try:
+        fcntl.ioctl(int(fd), _FS_IOCNUM_CHECK_FS_ALIGN, buf)
+    except OSError:
+        return False
+    return struct.unpack("i", buf)[0] == 1
 
 
 def _paths(fname):
@@ -65,7 +84,7 @@ class FileReader(_engine.Handle):
         super().__init__()
         self.fnames = _paths(fname)
         self.check_data = bool(check_data)
-        self._open_header = {"op": "ffr_open", "paths": self.fnames, "check_data": self.check_data}
+        self._open_header = _protocol.FfrOpenRequest(paths=self.fnames, check_data=self.check_data)
         self.n = None
         self._ensure()
 
@@ -86,7 +105,7 @@ class FileReader(_engine.Handle):
         shared memory the engine filled; they stay valid while referenced.
         """
         idx = _indices(indices)
-        rep = self._call({"op": "ffr_read"}, memoryview(idx).cast("B"))
+        rep = self._call(_protocol.FfrReadRequest(), memoryview(idx).cast("B"))
         return _engine.split(rep)
 
     def read_one(self, index):
@@ -97,7 +116,7 @@ class FileReader(_engine.Handle):
         """Reads every sample with checksums on (whatever check_data says).
         Raises a DataError naming every bad sample (up to 100); returns None
         when all samples are good."""
-        rep = self._call({"op": "ffr_validate"})
+        rep = self._call(_protocol.FfrValidateRequest())
         bad = rep.header.get("bad") or []
         if bad:
             first = bad[0]
@@ -135,7 +154,7 @@ class FileReader(_engine.Handle):
         self.check_data = state["check_data"]
         self.n = state["n"]
         self.files = []
-        self._open_header = {"op": "ffr_open", "paths": self.fnames, "check_data": self.check_data}
+        self._open_header = _protocol.FfrOpenRequest(paths=self.fnames, check_data=self.check_data)
         # Opened lazily, in whichever process uses it.
 
     def __repr__(self):
@@ -143,7 +162,8 @@ class FileReader(_engine.Handle):
 
 
 def _as_bytes_view(data):
-    """The bytes of any buffer, as a flat memoryview (no copy when contiguous)."""
+    """The bytes of any buffer, as a flat memoryview (no copy when contiguous;
+    a non-contiguous buffer is copied once)."""
     if isinstance(data, str):
         raise TypeError("write_one needs bytes or a buffer, not str (encode it first)")
     if isinstance(data, np.ndarray):
@@ -156,17 +176,26 @@ def _as_bytes_view(data):
         raise TypeError(f"write_one needs bytes or a buffer, not {type(data).__name__}") from None
     if not mv.c_contiguous:
         mv = memoryview(mv.tobytes())
-    return mv.cast("B") if mv.format != "B" or mv.ndim != 1 else mv
+    if mv.format == "B" and mv.ndim == 1:
+        return mv
+    return mv.cast("B") if mv.nbytes else memoryview(b"")
 
 
 class FileWriter(_engine.Handle):
     """Writes one .ffr file of exactly n samples (byte-compatible with the
     reference). Nothing appears under ``fname`` until ``close`` succeeds; a
     writer left by an exception (``with`` block) leaves no file.
+
+    Memory: small samples are gathered (copied once) into a buffer of at
+    most 8 MiB that goes to the engine in one request; a sample of 1 MiB or
+    more is sent straight from the caller's buffer (numpy arrays, bytes,
+    memoryviews, any buffer) without any copy, streamed in 16 MiB chunks
+    whatever its size, before ``write_one`` returns.
     """
 
     _FLUSH_BYTES = 8 << 20
     _FLUSH_COUNT = 4096
+    _DIRECT_BYTES = 1 << 20
 
     def __init__(self, fname, n):
         super().__init__()
@@ -178,9 +207,9 @@ class FileWriter(_engine.Handle):
         self.fname = os.fspath(fname)
         self.n = n
         self.count = 0
-        self._open_header = {"op": "ffw_create", "path": self.fname, "n": n}
-        self._pending = []
-        self._pending_bytes = 0
+        self._open_header = _protocol.FfwCreateRequest(path=self.fname, n=n)
+        self._buf = bytearray()  # pending small samples, end to end
+        self._lens = []  # their lengths
         self._pid = os.getpid()
         self._ensure()
 
@@ -198,20 +227,27 @@ class FileWriter(_engine.Handle):
         if self.count >= self.n:
             raise errors.UsageError(f"ffrecord: {self.fname}: already wrote all {self.n} samples")
         mv = _as_bytes_view(data)
-        self._pending.append(bytes(mv))
-        self._pending_bytes += mv.nbytes
+        if mv.nbytes >= self._DIRECT_BYTES:
+            self._flush()
+            self._send([mv.nbytes], [mv])
+            self.count += 1
+            return
+        self._buf += mv
+        self._lens.append(mv.nbytes)
         self.count += 1
-        if self._pending_bytes >= self._FLUSH_BYTES or len(self._pending) >= self._FLUSH_COUNT:
+        if len(self._buf) >= self._FLUSH_BYTES or len(self._lens) >= self._FLUSH_COUNT:
             self._flush()
 
+    def _send(self, lens, parts):
+        lens = np.asarray(lens, dtype="<i8")
+        self._call(_protocol.FfwWriteRequest(count=len(lens)), [memoryview(lens).cast("B"), *parts])
+
     def _flush(self):
-        if not self._pending:
+        if not self._lens:
             return
-        lens = np.fromiter((len(b) for b in self._pending), dtype="<i8", count=len(self._pending))
-        body = lens.tobytes() + b"".join(self._pending)
-        self._pending = []
-        self._pending_bytes = 0
-        self._call({"op": "ffw_write", "count": len(lens)}, body)
+        lens, buf = self._lens, self._buf
+        self._lens, self._buf = [], bytearray()
+        self._send(lens, [buf])
 
     def close(self):
         """Writes the header and publishes the file. Raises if fewer than n
@@ -224,7 +260,7 @@ class FileWriter(_engine.Handle):
                     f"ffrecord: {self.fname}: wrote {self.count} of {self.n} samples; the file was not written"
                 )
             self._flush()
-            self._call({"op": "ffw_close"})
+            self._call(_protocol.FfwCloseRequest())
             self._eng = self._hid = None
         except BaseException:
             self.abort()
@@ -234,13 +270,13 @@ class FileWriter(_engine.Handle):
 
     def abort(self):
         """Abandons the file: nothing is left under its name."""
-        self._pending = []
+        self._lens, self._buf = [], bytearray()
         if self._eng is not None:
             e, hid = self._eng, self._hid
             self._eng = self._hid = None
             if not e.dead and e.pid == os.getpid():
                 try:
-                    e.call({"op": "ffw_abort", "handle": hid})
+                    e.call(_protocol.FfwAbortRequest(handle=hid))
                 except Exception:
                     pass
         self._closed = True
@@ -270,4 +306,4 @@ class FileWriter(_engine.Handle):
         raise TypeError("a FileWriter cannot be pickled")
 
 
-from .package import PackedFolder  # noqa: E402
+from .package import PackedFolder, pack_folder  # noqa: E402

@@ -5,11 +5,15 @@ with ``set_step``.
 read and passes the raw samples to your ``process(indices, data)``.
 ``DataLoader`` feeds it whole batches of indices (from the usual sampler
 options) and applies ``collate_fn`` to what ``process`` returns.
-``set_step(k)`` makes the next iteration skip its first k batches without
-reading them (resume). Readers work in forked and spawned workers alike.
+``set_step(k)`` makes every iteration from now on skip its first k batches
+(resume; as the reference, until ``set_step(0)``), without reading them
+unless ``skippable=False``. Readers work in forked and spawned workers alike.
+``ReaderRegistry.ffreaders()`` lists the FileReaders an object holds;
+``ds1 + ds2`` of two Datasets is this module's ConcatDataset.
 """
 import bisect
 import itertools
+import operator
 from collections import defaultdict
 
 import torch.utils.data as tud
@@ -18,12 +22,37 @@ from torch.utils.data import Dataset as TorchDataset
 
 from . import FileReader
 
-__all__ = ["Dataset", "Subset", "ConcatDataset", "DataLoader"]
+__all__ = ["Dataset", "Subset", "ConcatDataset", "DataLoader", "ReaderRegistry"]
 
 
-class Dataset(TorchDataset):
+class ReaderRegistry:
+    """Mixin: ``ffreaders()`` lists every FileReader the object holds in its
+    attributes, and those of every ReaderRegistry it holds, recursively (as
+    the reference's registry; each reader once, however often referenced)."""
+
+    def ffreaders(self):
+        out, seen = [], set()
+
+        def walk(obj):
+            if id(obj) in seen:
+                return
+            seen.add(id(obj))
+            for v in vars(obj).values():
+                if isinstance(v, FileReader):
+                    if id(v) not in seen:
+                        seen.add(id(v))
+                        out.append(v)
+                elif isinstance(v, ReaderRegistry):
+                    walk(v)
+
+        walk(self)
+        return out
+
+
+class Dataset(TorchDataset, ReaderRegistry):
     """Reads a batch of samples per ``__getitem__(indices)`` and hands them to
-    ``process``; subclass it and define ``process``."""
+    ``process``; subclass it and define ``process``. ``ds1 + ds2`` is a
+    ConcatDataset of this module (which takes lists of indices)."""
 
     def __init__(self, fnames, check_data=True):
         self.fnames = fnames
@@ -43,6 +72,9 @@ class Dataset(TorchDataset):
         list is passed to the DataLoader's collate_fn."""
         raise NotImplementedError
 
+    def __add__(self, other):
+        return ConcatDataset([self, other])
+
 
 class Subset(Dataset):
     def __init__(self, dataset, indices):
@@ -61,6 +93,9 @@ class ConcatDataset(Dataset):
         self.datasets = list(datasets)
         if not self.datasets:
             raise ValueError("datasets should not be an empty iterable")
+        for d in self.datasets:
+            if not isinstance(d, Dataset):
+                raise TypeError(f"ConcatDataset takes ffrecord Datasets, not {type(d).__name__}")
         self.cumulative_sizes = list(itertools.accumulate(len(d) for d in self.datasets))
 
     def __len__(self):
@@ -89,21 +124,19 @@ class ConcatDataset(Dataset):
 
 
 class _SkippingBatchSampler(tud.Sampler):
-    """Batches of indices from a sampler; skips the first `skip` batches of
-    the next iteration only (without touching any data)."""
+    """Batches of indices from a sampler, without the first `skip` batches of
+    every iteration (the sampler still draws them, so a random sampler's
+    generator advances exactly as without the skip)."""
 
     def __init__(self, batch_sampler):
         self.batch_sampler = batch_sampler
         self.skip = 0
 
     def __iter__(self):
-        # A generator: the skip is taken at the first batch, not when torch
-        # calls iter() (it does so twice when starting workers).
-        skip, self.skip = self.skip, 0
-        yield from itertools.islice(iter(self.batch_sampler), skip, None)
+        yield from itertools.islice(iter(self.batch_sampler), self.skip, None)
 
     def __len__(self):
-        return len(self.batch_sampler)
+        return max(len(self.batch_sampler) - self.skip, 0)
 
 
 class DataLoader(TorchDataLoader):
@@ -114,7 +147,7 @@ class DataLoader(TorchDataLoader):
     def __init__(self, dataset, batch_size=1, shuffle=False, sampler=None, batch_sampler=None, num_workers=0,
                  collate_fn=None, pin_memory=False, drop_last=False, timeout=0, worker_init_fn=None,
                  multiprocessing_context=None, generator=None, *, prefetch_factor=None,
-                 persistent_workers=False, **kwargs):
+                 persistent_workers=False, skippable=True, **kwargs):
         if num_workers > 0 and prefetch_factor is None:
             prefetch_factor = 2
         self._ffr = isinstance(dataset, Dataset)
@@ -130,6 +163,8 @@ class DataLoader(TorchDataLoader):
                              generator=generator, prefetch_factor=prefetch_factor,
                              persistent_workers=persistent_workers, **kwargs)
             self._skipping = skipping
+            self._discard = 0  # batches to read and drop (skippable=False)
+            self.skippable = bool(skippable)
         else:
             super().__init__(dataset, batch_size=batch_size, shuffle=shuffle, sampler=sampler,
                              batch_sampler=batch_sampler, num_workers=num_workers, collate_fn=collate_fn,
@@ -139,8 +174,53 @@ class DataLoader(TorchDataLoader):
                              persistent_workers=persistent_workers, **kwargs)
             self._skipping = None
 
-    def set_step(self, step):
-        """Skips the first ``step`` batches of the next iteration (resume)."""
+    def set_step(self, step, skippable=None):
+        """Makes every iteration from now on start at batch ``step`` (resume),
+        until the next ``set_step`` (``set_step(0)`` restores whole epochs),
+        as the reference does; ``len()`` counts the batches left.
+
+        Args:
+            step: batches to skip, 0 <= step <= len() of a whole epoch.
+            skippable: True (default, or as given to the constructor): the
+                skipped batches are never read. False: they are read and
+                dropped, for a ``process`` with side effects that must see
+                every batch.
+        """
         if self._skipping is None:
             raise TypeError("set_step needs an ffkit.ffrecord.torch.Dataset")
-        self._skipping.skip = int(step)
+        if isinstance(step, bool) or not isinstance(step, int):
+            try:
+                step = operator.index(step)
+            except TypeError:
+                raise TypeError(f"set_step: step must be an int, not {type(step).__name__}") from None
+        whole = len(self._skipping.batch_sampler)
+        if not 0 <= step <= whole:
+            raise ValueError(f"set_step: step {step} is out of range: an epoch has {whole} batches (0 <= step <= {whole})")
+        if skippable is not None:
+            self.skippable = bool(skippable)
+        if self.skippable:
+            self._skipping.skip, self._discard = step, 0
+        else:
+            self._skipping.skip, self._discard = 0, step
+
+    def __len__(self):
+        n = super().__len__()
+        if self._skipping is not None:
+            n = max(n - self._discard, 0)
+        return n
+
+    def __iter__(self):
+        it = super().__iter__()
+        if self._skipping is None or not self._discard:
+            return it
+        return self._discarding(it, self._discard)
+
+    @staticmethod
+    def _discarding(it, k):
+        for _ in range(k):
+            if next(it, _END) is _END:
+                return
+        yield from it
+
+
+_END = object()
