@@ -352,7 +352,7 @@ func (r *Replica) onWrite(m Msg) {
 	c := r.chunk(m.Chunk)
 	switch {
 	case hasReq(c.committed.Reqs, m.Req):
-		r.reply(m, Msg{Type: MsgWriteResp, Ver: c.committed.Ver}) // a retry of a done write
+		r.reply(m, Msg{Type: MsgWriteResp, Ver: c.committed.Ver, Val: c.committed.Val}) // a retry of a done write
 		return
 	case c.pending != nil && hasReq(c.pending.Reqs, m.Req):
 		c.clients = append(c.clients, waiter{m.From, m.Req})
@@ -416,7 +416,7 @@ func (r *Replica) commit(id uint64, c *chunkState) {
 	c.committed, c.pending, c.inflight, c.hasDelta, c.forceFull = *c.pending, nil, nil, false, false
 	r.persist(Persist{Kind: PersistCommit, Chunk: id})
 	for _, w := range c.clients {
-		r.send(Msg{Type: MsgWriteResp, To: w.client, Req: w.req, Chunk: id, Ver: c.committed.Ver})
+		r.send(Msg{Type: MsgWriteResp, To: w.client, Req: w.req, Chunk: id, Ver: c.committed.Ver, Val: c.committed.Val})
 	}
 	c.clients = nil
 	if c.up != nil {
@@ -658,4 +658,12 @@ func (r *Replica) onSyncMsg(m Msg) {
 		}
 		r.send(Msg{Type: MsgSyncList, To: m.From, ChainVer: ch.Version, Metas: metas})
 	}
+}
+
+// Bootstrap is a target of a new chain: empty and up to date under r
+// (nothing to resync), as targets are when a cluster is created.
+func Bootstrap(cfg Config, r *proto.Routing, now int64) *Replica {
+	rep := New(cfg, nil, 0, now)
+	rep.routing, rep.phase, rep.fenced = r, UpToDate, false
+	return rep
 }
