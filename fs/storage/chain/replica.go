@@ -11,13 +11,11 @@ import (
 type Bugs struct {
 	AckBeforeTail           bool // commit and acknowledge before the successor committed
 	SkipVersionCheck        bool // apply a delta update whatever the local version
-	SkipChainVerCheck       bool // accept an update routed with another chain version
 	ServePending            bool // a read returns a pending version
 	NoDedupAcrossHead       bool // hops other than the head forget request ids
 	RejoinNeedsNewerRouting bool // phases move only when a newer routing arrives
 	ServeBeforeResyncEnds   bool // a syncing target is up to date as soon as its resync starts
-	AcceptNonPredecessor    bool // accept an update from a target that is not the predecessor
-	ResyncSkipsSameVersion  bool // resync skips a chunk whose version matches, whatever its content
+	AcceptStaleSender       bool // accept any update: a stale copy, another chain version, a non-predecessor
 	NoFence                 bool // keep serving when mgmtd has not answered for half the fail timeout
 }
 
@@ -431,10 +429,10 @@ func (r *Replica) commit(id uint64, c *chunkState) {
 
 func (r *Replica) onUpdate(m Msg) {
 	me, ch := r.me()
-	if !r.inChain() || (!r.cfg.Bugs.SkipChainVerCheck && m.ChainVer != ch.Version) {
+	if !r.inChain() || (!r.cfg.Bugs.AcceptStaleSender && m.ChainVer != ch.Version) {
 		return // the sender retries under the routing it will learn
 	}
-	if pred, ok := ch.Predecessor(me.ID); !r.cfg.Bugs.AcceptNonPredecessor && (!ok || Addr(pred.ID) != m.From) {
+	if pred, ok := ch.Predecessor(me.ID); !r.cfg.Bugs.AcceptStaleSender && (!ok || Addr(pred.ID) != m.From) {
 		return
 	}
 	c := r.chunk(m.Chunk)
@@ -442,6 +440,7 @@ func (r *Replica) onUpdate(m Msg) {
 		r.send(Msg{Type: MsgAck, To: m.From, Seq: m.Seq, ChainVer: ch.Version, Chunk: m.Chunk, Ver: c.committed.Ver, Val: c.committed.Val, Err: err})
 	}
 	switch last := c.lastSeq[m.From]; {
+	case r.cfg.Bugs.AcceptStaleSender:
 	case m.Seq < last:
 		return // a stale copy
 	case m.Seq == last:
@@ -613,10 +612,7 @@ func (r *Replica) resyncProgress(ch *proto.Chain) {
 			continue // an update or transfer is on its way: wait for its ack
 		}
 		mt, has := s.metas[id]
-		same := has && mt.Ver == c.committed.Ver && !mt.Pending && !mt.Corrupt
-		if !r.cfg.Bugs.ResyncSkipsSameVersion {
-			same = same && mt.Val == c.committed.Val
-		}
+		same := has && mt.Ver == c.committed.Ver && mt.Val == c.committed.Val && !mt.Pending && !mt.Corrupt
 		if !has && c.committed.Ver == 0 {
 			same = true
 		}
