@@ -29,10 +29,12 @@ const (
 	MsgSyncDone                 // predecessor -> syncing successor: resync ended
 	MsgHeartbeat                // target -> mgmtd: Local state, Known routing version
 	MsgRouting                  // mgmtd -> target: heartbeat answer, Routing nil = unchanged
+	MsgFetch                    // target -> chain peer: send me your copy of Chunk at Ver (repair)
+	MsgFetchResp                // peer -> target: its copy (Val) of Chunk at Ver, or Err
 )
 
 var msgNames = [...]string{"tick", "write", "write-resp", "read", "read-resp", "update", "ack",
-	"sync-start", "sync-list", "sync-done", "heartbeat", "routing"}
+	"sync-start", "sync-list", "sync-done", "heartbeat", "routing", "fetch", "fetch-resp"}
 
 func (t MsgType) String() string {
 	if int(t) < len(msgNames) {
@@ -127,6 +129,10 @@ func (m Msg) String() string {
 		s += fmt.Sprintf(" cv%d chunks=%d", m.ChainVer, len(m.Metas))
 	case MsgHeartbeat:
 		s += fmt.Sprintf(" %s known=%d", m.Local, m.Known)
+	case MsgFetch:
+		s += fmt.Sprintf(" c%d v%d", m.Chunk, m.Ver)
+	case MsgFetchResp:
+		s += fmt.Sprintf(" c%d v%d val=%x err=%q", m.Chunk, m.Ver, m.Val, m.Err)
 	case MsgRouting:
 		if m.Routing != nil {
 			s += fmt.Sprintf(" r%d", m.Routing.Version)

@@ -17,6 +17,7 @@ type Bugs struct {
 	ServeBeforeResyncEnds   bool // a syncing target is up to date as soon as its resync starts
 	AcceptStaleSender       bool // accept any update: a stale copy, another chain version, a non-predecessor
 	NoFence                 bool // keep serving when mgmtd has not answered for half the fail timeout
+	RepairByLeaving         bool // the old repair: leave the chain (if another replica serves) instead of fetching a peer's copy
 }
 
 // Config configures a Replica. Times are in the driver's clock units.
@@ -59,6 +60,7 @@ type chunkState struct {
 	up        *upstream // non-head: acknowledged when pending commits
 	inflight  *flight   // the one update or transfer awaiting the successor's ack
 	queue     []Msg     // head: client writes waiting for pending to commit
+	fetchAt   int64     // when a peer's copy was last asked for (repair)
 	lastSeq   map[Addr]uint64
 }
 
@@ -260,6 +262,10 @@ func (r *Replica) Step(m Msg) {
 		r.onSyncMsg(m)
 	case MsgSyncList:
 		r.onSyncList(m)
+	case MsgFetch:
+		r.onFetch(m)
+	case MsgFetchResp:
+		r.onFetchResp(m)
 	}
 }
 
@@ -350,7 +356,7 @@ func (r *Replica) onWrite(m Msg) {
 	c := r.chunk(m.Chunk)
 	switch {
 	case hasReq(c.committed.Reqs, m.Req):
-		r.reply(m, Msg{Type: MsgWriteResp, Ver: c.committed.Ver, Val: c.committed.Val}) // a retry of a done write
+		r.reply(m, Msg{Type: MsgWriteResp}) // a retry of a done write (Ver 0: applied at some earlier version)
 		return
 	case c.pending != nil && hasReq(c.pending.Reqs, m.Req):
 		c.clients = append(c.clients, waiter{m.From, m.Req})
@@ -387,6 +393,14 @@ func (r *Replica) startQueued(id uint64, c *chunkState) {
 // forward sends the pending version to the successor, or commits it at
 // the tail (the tail commits first).
 func (r *Replica) forward(id uint64, c *chunkState) {
+	if c.pending.Corrupt() {
+		// A pending version whose bytes rotted (its commit rename was
+		// undone by a crash): never sent on or committed; repaired from a
+		// peer's copy first.
+		c.inflight = nil
+		r.repair(id)
+		return
+	}
 	me, ch := r.me()
 	succ, ok := ch.Successor(me.ID)
 	if !ok {
@@ -543,13 +557,75 @@ func (r *Replica) onRead(m Msg) {
 	r.reply(m, Msg{Type: MsgReadResp, Ver: v.Ver, Val: v.Val})
 }
 
-// repair takes a target with a corrupt chunk out of its chain so that a
-// resync from its predecessor replaces the chunk, unless it is the only
-// serving replica (then there is no good copy to repair from).
+// repair fixes a corrupt chunk in place from a peer's copy: it asks every
+// other target of the chain (whatever its state: the copy is checked
+// against this target's own checksum, so only the very bytes it lost are
+// accepted) for the same version. The target stays in its chain: leaving
+// it would let mgmtd promote a stale peer as the last serving one while
+// this target holds the newest data of every other chunk. Reads of the
+// chunk fail over to other replicas until the copy arrives.
 func (r *Replica) repair(id uint64) {
+	c := r.chunks[id]
 	_, ch := r.me()
-	if ch != nil && len(ch.Readable()) >= 2 {
-		r.leave()
+	if c == nil || ch == nil || r.now-c.fetchAt < r.cfg.RetryInterval && c.fetchAt != 0 {
+		return
+	}
+	v := c.committed
+	if c.pending != nil && c.pending.Corrupt() {
+		v = *c.pending
+	}
+	if !v.Corrupt() {
+		return
+	}
+	if r.cfg.Bugs.RepairByLeaving {
+		if len(ch.Readable()) >= 2 {
+			r.leave()
+		}
+		return
+	}
+	c.fetchAt = r.now
+	for _, t := range ch.Targets {
+		if t.ID != r.cfg.ID {
+			r.send(Msg{Type: MsgFetch, To: Addr(t.ID), Chunk: id, Ver: v.Ver})
+		}
+	}
+}
+
+func (r *Replica) onFetch(m Msg) {
+	c := r.chunks[m.Chunk]
+	switch {
+	case c == nil:
+	case c.committed.Ver == m.Ver && !c.committed.Corrupt():
+		r.reply(m, Msg{Type: MsgFetchResp, Ver: m.Ver, Val: c.committed.Val})
+		return
+	case c.pending != nil && c.pending.Ver == m.Ver && !c.pending.Corrupt():
+		r.reply(m, Msg{Type: MsgFetchResp, Ver: m.Ver, Val: c.pending.Val})
+		return
+	}
+	r.reply(m, Msg{Type: MsgFetchResp, Ver: m.Ver, Err: "no such version"})
+}
+
+func (r *Replica) onFetchResp(m Msg) {
+	c := r.chunks[m.Chunk]
+	if c == nil || m.Err != "" {
+		return
+	}
+	fix := func(v *Version) bool {
+		return v.Ver == m.Ver && v.Corrupt() && Checksum(m.Val) == v.Sum
+	}
+	switch {
+	case c.pending != nil && fix(c.pending):
+		v := *c.pending
+		v.Val = m.Val
+		c.pending = &v
+		r.persist(Persist{Kind: PersistPending, Chunk: m.Chunk, Version: v})
+	case c.pending == nil && fix(&c.committed):
+		v := c.committed
+		v.Val = m.Val
+		c.pending = &v
+		r.persist(Persist{Kind: PersistPending, Chunk: m.Chunk, Version: v})
+		c.committed, c.pending = v, nil
+		r.persist(Persist{Kind: PersistCommit, Chunk: m.Chunk})
 	}
 }
 
@@ -621,7 +697,8 @@ func (r *Replica) resyncProgress(ch *proto.Chain) {
 			continue
 		}
 		if c.committed.Corrupt() {
-			continue // no good copy here; a read finds it and repairs
+			r.repair(id) // from the successor's or another peer's copy
+			continue
 		}
 		r.seq++
 		u := Msg{Type: MsgUpdate, To: Addr(s.succ), ChainVer: ch.Version, Seq: r.seq, Chunk: id,

@@ -13,6 +13,7 @@ package sim
 
 import (
 	"fmt"
+	"maps"
 	"math"
 	"math/rand/v2"
 	"slices"
@@ -31,6 +32,8 @@ type Options struct {
 	Seed  uint64
 	Bugs  chain.Bugs // mutation tests only
 	Trace bool       // record a readable trace of every step
+	// BitFlips: flip one bit of one stored chunk in some runs.
+	BitFlips bool
 }
 
 // Result is a run's outcome.
@@ -54,9 +57,6 @@ const (
 	clientWait  = 30   // a client resends after this long
 	clientTries = 8
 	opsPerCli   = 12
-	// bitFlips: one bit flip per run. Off: a corrupt chunk on the only serving
-	// replica is not yet repaired from a peer (see docs/replication.md).
-	bitFlips = false
 )
 
 type disk struct {
@@ -119,16 +119,18 @@ type output struct {
 }
 
 type world struct {
-	opt     Options
-	rng     *rand.Rand
-	now     int64
-	events  int64
-	nodes   []*node
-	net     []envelope
-	routing *proto.Routing
-	mgLast  map[proto.TargetID]int64
-	mgSent  map[proto.TargetID]int64 // send time of the newest heartbeat heard
-	mgLocal map[proto.TargetID]proto.LocalState
+	opt       Options
+	rng       *rand.Rand
+	now       int64
+	events    int64
+	nodes     []*node
+	net       []envelope
+	routing   *proto.Routing
+	mgLast    map[proto.TargetID]int64
+	mgSent    map[proto.TargetID]int64 // send time of the newest heartbeat heard
+	decided   uint64                   // routing version Decide last ran on
+	lastLocal map[proto.TargetID]proto.LocalState
+	mgLocal   map[proto.TargetID]proto.LocalState
 	// blocked links, both ways: a-b (0 = mgmtd)
 	blocked  map[[2]chain.Addr]int64 // until
 	clients  []*client
@@ -335,9 +337,13 @@ func (w *world) tick() {
 			local[id] = proto.LocalOff
 		}
 	}
-	if r, changed := mgmtd.Decide(w.routing, local); changed {
-		w.routing = r
-		w.trace("mgmtd routing r%d %s", r.Version, r.Chains[0].String())
+	// Decide is pure: skip it when neither input changed since last time.
+	if w.decided != w.routing.Version || !maps.Equal(local, w.lastLocal) {
+		if r, changed := mgmtd.Decide(w.routing, local); changed {
+			w.routing = r
+			w.trace("mgmtd routing r%d %s", r.Version, r.Chains[0].String())
+		}
+		w.decided, w.lastLocal = w.routing.Version, local
 	}
 	for _, n := range w.nodes {
 		if n.rep != nil && !n.paused {
@@ -397,13 +403,27 @@ func (w *world) fault() {
 		d := int64(5 + w.rng.IntN(3*failTimeout))
 		w.blocked[[2]chain.Addr{a, b}] = w.now + d
 		w.trace("partition %d-%d for %d", a, b, d)
-	case x < 88 && bitFlips && w.flips == 0 && n.rep != nil:
+	case x < 88 && w.opt.BitFlips && w.flips == 0 && n.rep != nil:
 		ids := n.rep.Chunks()
 		if len(ids) == 0 {
 			return
 		}
 		id := ids[w.rng.IntN(len(ids))]
-		if v, _ := n.rep.Chunk(id); v.Ver == 0 {
+		v, _ := n.rep.Chunk(id)
+		if v.Ver == 0 || v.Corrupt() {
+			return
+		}
+		// One disk fault: another replica holds a good copy of the
+		// version (else no protocol could bring the bytes back).
+		copies := 0
+		for _, o := range w.nodes {
+			if o != n && o.rep != nil {
+				if ov, _ := o.rep.Chunk(id); ov.Ver == v.Ver && ov.Val == v.Val {
+					copies++
+				}
+			}
+		}
+		if copies == 0 {
 			return
 		}
 		mask := uint64(1) << w.rng.IntN(64)
@@ -523,7 +543,9 @@ func (w *world) clientRecv(m chain.Msg) {
 		if m.Ver > w.acked[o.chunk] {
 			w.acked[o.chunk] = m.Ver
 		}
-		w.ackedVal[[2]uint64{o.chunk, m.Ver}] = m.Val
+		if m.Ver > 0 {
+			w.ackedVal[[2]uint64{o.chunk, m.Ver}] = m.Val
+		}
 		w.res.Acked++
 		w.finish(c, output{})
 	default:

@@ -32,7 +32,7 @@ func seeds(t *testing.T) uint64 {
 
 func report(t *testing.T, seed uint64, r Result) {
 	t.Helper()
-	tr := Run(Options{Seed: seed, Trace: true})
+	tr := Run(Options{Seed: seed, BitFlips: true, Trace: true})
 	tail := tr.Trace
 	if len(tail) > 60 {
 		tail = tail[len(tail)-60:]
@@ -49,7 +49,7 @@ func TestSeeds(t *testing.T) {
 	failed := 0
 	var acked, faults int
 	for s := uint64(1); s <= n && failed < 3; s++ {
-		r := Run(Options{Seed: s})
+		r := Run(Options{Seed: s, BitFlips: true})
 		acked += r.Acked
 		faults += r.Fault
 		if r.Err != nil {
@@ -65,7 +65,7 @@ func TestSeed(t *testing.T) {
 	if *seedFlag == 0 {
 		t.Skip("no -seed")
 	}
-	r := Run(Options{Seed: *seedFlag, Trace: true})
+	r := Run(Options{Seed: *seedFlag, BitFlips: true, Trace: true})
 	for _, l := range r.Trace {
 		t.Log(l)
 	}
@@ -79,7 +79,7 @@ func TestSeed(t *testing.T) {
 // change) and must come out the same.
 func TestGoldenTrace(t *testing.T) {
 	for _, seed := range []uint64{1, 7} {
-		r := Run(Options{Seed: seed, Trace: true})
+		r := Run(Options{Seed: seed, BitFlips: true, Trace: true})
 		if r.Err != nil {
 			t.Fatalf("seed %d: %v", seed, r.Err)
 		}
@@ -125,10 +125,11 @@ func TestMutationsCaught(t *testing.T) {
 		{"serve before the resync ends", chain.Bugs{ServeBeforeResyncEnds: true}},
 		{"accept any update (stale copy, other chain version, non-predecessor)", chain.Bugs{AcceptStaleSender: true}},
 		{"no self-fence without mgmtd", chain.Bugs{NoFence: true}},
+		{"repair a corrupt chunk by leaving the chain, not from a peer's copy", chain.Bugs{RepairByLeaving: true}},
 	} {
 		t.Run(strings.ReplaceAll(m.name, " ", "_"), func(t *testing.T) {
 			for s := uint64(1); s <= budget; s++ {
-				if r := Run(Options{Seed: s, Bugs: m.bugs}); r.Err != nil {
+				if r := Run(Options{Seed: s, BitFlips: true, Bugs: m.bugs}); r.Err != nil {
 					t.Logf("caught by seed %d: %v", s, firstLine(r.Err.Error()))
 					return
 				}
