@@ -73,7 +73,8 @@ type node struct {
 	disk   *disk
 	paused bool
 	downAt int64
-	was    map[uint64]uint64 // chunk -> version held when last checked readable
+	was    [nChunks]uint64 // by chunk: version held when last checked readable
+	wasSet bool
 }
 
 type envelope struct {
@@ -129,6 +130,7 @@ type world struct {
 	mgLast    map[proto.TargetID]int64
 	mgSent    map[proto.TargetID]int64 // send time of the newest heartbeat heard
 	decided   uint64                   // routing version Decide last ran on
+	checked   uint64                   // routing version CheckChain last passed
 	lastLocal map[proto.TargetID]proto.LocalState
 	mgLocal   map[proto.TargetID]proto.LocalState
 	// blocked links, both ways: a-b (0 = mgmtd)
@@ -567,15 +569,18 @@ func (w *world) finish(c *client, out output) {
 // ---- invariants ----
 
 func (w *world) check() error {
-	if err := mgmtd.CheckChain(*w.routing.Chain(1)); err != nil {
-		return err
+	if w.checked != w.routing.Version { // a pure function of the routing
+		if err := mgmtd.CheckChain(*w.routing.Chain(1)); err != nil {
+			return err
+		}
+		w.checked = w.routing.Version
 	}
 	for _, n := range w.nodes {
 		if n.rep == nil || n.paused || !n.rep.Readable() {
-			n.was = nil // it left: a returning replica is resynced
+			n.wasSet = false // it left: a returning replica is resynced
 			continue
 		}
-		now := map[uint64]uint64{}
+		var now [nChunks]uint64
 		for ck := uint64(0); ck < nChunks; ck++ {
 			cv, pv := n.rep.Chunk(ck)
 			if pv == nil && cv.Ver < w.acked[ck] {
@@ -588,12 +593,12 @@ func (w *world) check() error {
 			if pv != nil && pv.Ver > h {
 				h = pv.Ver
 			}
-			if prev, ok := n.was[ck]; ok && h < prev {
+			if prev := n.was[ck]; n.wasSet && h < prev {
 				return fmt.Errorf("chunk %d went back on target %d while it served: v%d after v%d", ck, n.id, h, prev)
 			}
 			now[ck] = h
 		}
-		n.was = now
+		n.was, n.wasSet = now, true
 	}
 	return nil
 }
