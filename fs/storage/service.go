@@ -282,7 +282,6 @@ func (s *Service) heartbeatLoop() {
 				s.logf("mgmtd reachable again")
 			}
 			s.setRouting(resp.Routing) // phases move on every answer
-
 		} else if since := now.Sub(time.Unix(0, s.lastHB.Load())); since > s.failTimeout()/2 {
 			// Self-fencing: mgmtd may already be declaring us dead; we must
 			// not serve stale data, so every target goes back through the
