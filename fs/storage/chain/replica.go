@@ -687,17 +687,17 @@ func (r *Replica) resyncProgress(ch *proto.Chain) {
 		if c.pending != nil || c.inflight != nil {
 			continue // an update or transfer is on its way: wait for its ack
 		}
+		if c.committed.Corrupt() {
+			r.repair(id) // from the successor's or another peer's copy
+			continue
+		}
 		mt, has := s.metas[id]
-		same := has && mt.Ver == c.committed.Ver && mt.Val == c.committed.Val && !mt.Pending && !mt.Corrupt
+		same := has && mt.Ver == c.committed.Ver && Checksum(mt.Val) == c.committed.Sum && !mt.Pending && !mt.Corrupt
 		if !has && c.committed.Ver == 0 {
 			same = true
 		}
 		if same {
 			delete(s.plan, id)
-			continue
-		}
-		if c.committed.Corrupt() {
-			r.repair(id) // from the successor's or another peer's copy
 			continue
 		}
 		r.seq++
