@@ -17,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/ffkit/ffkit/fs/proto"
+	"github.com/ffkit/ffkit/fs/storage/chain"
 	"github.com/ffkit/ffkit/fs/transport"
 	"github.com/ffkit/ffkit/fs/trust"
 )
@@ -103,10 +104,11 @@ func (c *Config) defaults() error {
 // phase is a target's local life cycle (see package doc).
 type phase int32
 
+// The values are chain.Phase's, so chain.NextPhase decides the moves.
 const (
-	phaseRestarting phase = iota // report offline until mgmtd shows us not serving
-	phaseOnline                  // report online: waiting for resync or promotion
-	phaseUpToDate                // holds the chain's data
+	phaseRestarting = phase(chain.Restarting) // report offline until mgmtd shows us not serving
+	phaseOnline     = phase(chain.Online)     // report online: waiting for resync or promotion
+	phaseUpToDate   = phase(chain.UpToDate)   // holds the chain's data
 )
 
 func (p phase) local() proto.LocalState {
@@ -285,9 +287,7 @@ func (s *Service) heartbeatLoop() {
 			if s.fenced.Swap(false) {
 				s.logf("mgmtd reachable again")
 			}
-			if resp.Routing != nil {
-				s.setRouting(resp.Routing)
-			}
+			s.setRouting(resp.Routing) // phases move on every answer
 		} else if since := now.Sub(time.Unix(0, s.lastHB.Load())); since > s.failTimeout()/2 {
 			// Self-fencing: mgmtd may already be declaring us dead; we must
 			// not serve stale data, so every target goes back through the
@@ -308,34 +308,45 @@ func (s *Service) heartbeatLoop() {
 	}
 }
 
-// setRouting installs a newer routing and moves the targets' phases.
+// setRouting installs r if it is newer (r may be nil: a heartbeat answer
+// without routing) and then moves every target's phase by the routing now
+// held (chain.NextPhase). It runs on every answered heartbeat, not only on
+// a newer routing: a target that left serving while mgmtd already shows it
+// offline gets no newer routing and must still move on to online, or it
+// never rejoins (a paused process that was declared dead).
 func (s *Service) setRouting(r *proto.Routing) {
-	for {
+	for r != nil {
 		old := s.routing.Load()
 		if old != nil && r.Version <= old.Version {
-			return
+			break
 		}
 		if s.routing.CompareAndSwap(old, r) {
 			break
 		}
 	}
+	cur := s.routing.Load()
+	if cur == nil {
+		return
+	}
 	for id, ts := range s.targets {
 		var st proto.PublicState
-		ch := chainOfTarget(r, id)
+		ch := chainOfTarget(cur, id)
 		if ch != nil {
 			t, _ := ch.Target(id)
 			st = t.State
 		}
-		switch p := ts.ph(); {
-		case p == phaseRestarting && (ch == nil || st == proto.Offline || st == proto.LastSrv || st == proto.Waiting):
-			ts.phase.Store(int32(phaseOnline))
+		p := ts.ph()
+		next := phase(chain.NextPhase(chain.Phase(p), st, ch != nil))
+		if next == p || !ts.phase.CompareAndSwap(int32(p), int32(next)) {
+			continue // unchanged, or moved concurrently: the next heartbeat decides
+		}
+		switch next {
+		case phaseOnline:
 			s.logf("target %d: mgmtd shows it %q: online, ready for resync", id, st)
 			s.kickHeartbeat()
-		case p == phaseOnline && st == proto.Serving:
-			ts.phase.Store(int32(phaseUpToDate))
+		case phaseUpToDate:
 			s.logf("target %d: promoted to serving by mgmtd", id)
-		case p == phaseUpToDate && ch != nil && (st == proto.Offline || st == proto.LastSrv || st == proto.Waiting):
-			ts.phase.Store(int32(phaseRestarting))
+		case phaseRestarting:
 			s.logf("target %d: mgmtd shows it %q: stop serving, rejoin through resync", id, st)
 			s.kickHeartbeat()
 		}

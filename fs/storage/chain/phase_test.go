@@ -1,0 +1,36 @@
+package chain
+
+import (
+	"testing"
+
+	"github.com/ffkit/ffkit/fs/proto"
+)
+
+func TestNextPhase(t *testing.T) {
+	for _, tc := range []struct {
+		p       Phase
+		st      proto.PublicState
+		inChain bool
+		want    Phase
+	}{
+		{Restarting, proto.Serving, true, Restarting}, // mgmtd still shows it serving: wait
+		{Restarting, proto.Offline, true, Online},     // the frozen-node case: no newer routing needed
+		{Restarting, proto.LastSrv, true, Online},
+		{Restarting, proto.Waiting, true, Online},
+		{Restarting, proto.Syncing, true, Restarting},
+		{Restarting, "", false, Online},
+		{Online, proto.Offline, true, Online},
+		{Online, proto.Syncing, true, Online}, // resync ends it, not routing
+		{Online, proto.Serving, true, UpToDate},
+		{UpToDate, proto.Serving, true, UpToDate},
+		{UpToDate, proto.Syncing, true, UpToDate},
+		{UpToDate, proto.Offline, true, Restarting},
+		{UpToDate, proto.LastSrv, true, Restarting},
+		{UpToDate, proto.Waiting, true, Restarting},
+		{UpToDate, "", false, UpToDate},
+	} {
+		if got := NextPhase(tc.p, tc.st, tc.inChain); got != tc.want {
+			t.Errorf("NextPhase(%s, %q, %t) = %s, want %s", tc.p, tc.st, tc.inChain, got, tc.want)
+		}
+	}
+}
