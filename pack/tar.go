@@ -151,40 +151,60 @@ func splitKey(name string) (key, ext string, ok bool) {
 	return dir + base[:i], strings.ToLower(base[i+1:]), true
 }
 
+// keyGroup collects consecutive members with the same key into one
+// WebDataset sample, as webdataset's group_by_keys does, and hands each
+// finished group to emit.
+type keyGroup struct {
+	archive string
+	emit    func(key string, exts []string, group []member) error
+	key     string
+	exts    []string
+	group   []member
+}
+
+// add adds member m; ok is false for a name webdataset skips. A member
+// with a new key first emits the group before it.
+func (g *keyGroup) add(m member) (ok bool, err error) {
+	k, ext, ok := splitKey(m.name)
+	if !ok {
+		return false, nil
+	}
+	if k != g.key || len(g.group) == 0 {
+		if err := g.flush(); err != nil {
+			return true, err
+		}
+		g.key = k
+	}
+	for _, e := range g.exts {
+		if e == ext {
+			return true, fmt.Errorf("%w: %s: sample %s has two members with extension %q", ErrData, g.archive, k, ext)
+		}
+	}
+	g.exts = append(g.exts, ext)
+	g.group = append(g.group, m)
+	return true, nil
+}
+
+// flush emits the group being collected, if any.
+func (g *keyGroup) flush() error {
+	if len(g.group) == 0 {
+		return nil
+	}
+	err := g.emit(g.key, g.exts, g.group)
+	g.exts, g.group = nil, nil
+	return err
+}
+
 // groupWebDataset groups consecutive members with the same key into
-// samples, as webdataset's group_by_keys does.
+// samples.
 func groupWebDataset(archive string, ms []member, emit func(key string, exts []string, group []member) error) error {
-	var key string
-	var exts []string
-	var group []member
-	flush := func() error {
-		if len(group) == 0 {
-			return nil
-		}
-		err := emit(key, exts, group)
-		exts, group = nil, nil
-		return err
-	}
+	g := keyGroup{archive: archive, emit: emit}
 	for _, m := range ms {
-		k, ext, ok := splitKey(m.name)
-		if !ok {
-			continue
+		if _, err := g.add(m); err != nil {
+			return err
 		}
-		if k != key || len(group) == 0 {
-			if err := flush(); err != nil {
-				return err
-			}
-			key = k
-		}
-		for _, e := range exts {
-			if e == ext {
-				return fmt.Errorf("%w: %s: sample %s has two members with extension %q", ErrData, archive, k, ext)
-			}
-		}
-		exts = append(exts, ext)
-		group = append(group, m)
 	}
-	return flush()
+	return g.flush()
 }
 
 // Container layout constants (see doc.go).
@@ -306,14 +326,8 @@ func (s *streamTars) walkOne(ctx context.Context, name string, fn func(Sample, i
 	}
 	tr := tar.NewReader(r)
 	// WebDataset: the members of the current key, held until the key changes.
-	var key string
-	var exts []string
-	var group []member
 	var data [][]byte
-	flush := func() error {
-		if len(group) == 0 {
-			return nil
-		}
+	g := keyGroup{archive: name, emit: func(key string, exts []string, group []member) error {
 		hdr := containerHeader(exts, group)
 		size := int64(len(hdr))
 		readers := []io.Reader{bytes.NewReader(hdr)}
@@ -321,10 +335,9 @@ func (s *streamTars) walkOne(ctx context.Context, name string, fn func(Sample, i
 			size += int64(len(d))
 			readers = append(readers, bytes.NewReader(d))
 		}
-		err := fn(Sample{Name: key, Size: size}, io.MultiReader(readers...))
-		exts, group, data = nil, nil, nil
-		return err
-	}
+		data = nil
+		return fn(Sample{Name: key, Size: size}, io.MultiReader(readers...))
+	}}
 	count := 0
 	for {
 		if err := ctx.Err(); err != nil {
@@ -352,30 +365,19 @@ func (s *streamTars) walkOne(ctx context.Context, name string, fn func(Sample, i
 			}
 			continue
 		}
-		k, ext, ok := splitKey(h.Name)
-		if !ok {
-			continue
-		}
-		if k != key || len(group) == 0 {
-			if err := flush(); err != nil {
+		if ok, err := g.add(member{name: h.Name, size: h.Size}); err != nil || !ok {
+			if err != nil {
 				return err
 			}
-			key = k
-		}
-		for _, e := range exts {
-			if e == ext {
-				return fmt.Errorf("%w: %s: sample %s has two members with extension %q", ErrData, name, k, ext)
-			}
+			continue
 		}
 		b := make([]byte, h.Size)
 		if _, err := io.ReadFull(tr, b); err != nil {
 			return fmt.Errorf("%w: %s: member %s: %w", ErrData, name, h.Name, err)
 		}
-		exts = append(exts, ext)
-		group = append(group, member{name: h.Name, size: h.Size})
 		data = append(data, b)
 	}
-	return flush()
+	return g.flush()
 }
 
 // countReader passes reads through (a named type so that io.Copy sees no
