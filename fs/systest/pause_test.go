@@ -21,7 +21,7 @@ func TestPausedStorageRejoins(t *testing.T) {
 			stop()
 		}
 	}()
-	waitWrites(t, m, 10, 15*time.Second)
+	waitWrites(t, m, 10, 2*time.Minute)
 	for i, factor := range []float64{0.5, 2, 5} {
 		victim := 1 + i%c.n
 		p := c.storage[victim]
@@ -36,8 +36,8 @@ func TestPausedStorageRejoins(t *testing.T) {
 		}
 		// Generous: a loaded CI machine; an idle cluster rejoins in a few
 		// heartbeats. The old code never rejoined (no newer routing).
-		c.waitServing(90 * time.Second)
-		waitWrites(t, m, 5, 30*time.Second)
+		c.waitServing(3 * time.Minute)
+		waitWrites(t, m, 5, 2*time.Minute)
 	}
 	n := stop()
 	stop = nil
