@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"path"
 	"sync"
@@ -90,7 +91,7 @@ func RunRandomAccess(t *testing.T, f fs.RandomAccessFS, root string) {
 		copy(want[1000:], big)
 		want[far] = 0xAB
 		if got := readAll(t, p("rw")); !bytes.Equal(got, want) {
-			t.Fatalf("another reader after Flush: %d bytes, want %d (equal %v)", len(got), len(want), bytes.Equal(got, want))
+			t.Fatalf("another reader after Flush: %d bytes, want %d (%s)", len(got), len(want), diffSummary(got, want))
 		}
 		if err := w.Close(); err != nil {
 			t.Fatal(err)
@@ -190,4 +191,23 @@ func RunRandomAccess(t *testing.T, f fs.RandomAccessFS, root string) {
 			t.Fatalf("concurrent writers: %d bytes, equal %v", len(got), bytes.Equal(got, want))
 		}
 	})
+}
+
+// diffSummary says where two byte slices of equal length differ (the
+// first and last differing offsets and how many bytes differ), so that a
+// failure tells stale chunks from a lost small write.
+func diffSummary(got, want []byte) string {
+	first, last, n := -1, -1, 0
+	for i := range min(len(got), len(want)) {
+		if got[i] != want[i] {
+			if first < 0 {
+				first = i
+			}
+			last, n = i, n+1
+		}
+	}
+	if n == 0 {
+		return "equal up to the shorter"
+	}
+	return fmt.Sprintf("%d bytes differ, first at %d, last at %d", n, first, last)
 }

@@ -79,7 +79,9 @@
 // power loss undid on a returning last serving target, is first finished
 // by the head, never replaced by the older committed one), then it
 // reports up to date and mgmtd makes it serving. A service that has not reached mgmtd for
-// half the fail timeout refuses every request and puts its targets back in
+// half the fail timeout (counted from when its last answered heartbeat
+// was sent, which mgmtd cannot have heard earlier, however late the
+// answer is processed) refuses every request and puts its targets back in
 // the restarting phase, so a partitioned replica never serves stale data.
 // A target whose disk fails an fsync, or that finds a corrupt chunk while
 // another replica serves, leaves its chain the same way and is repaired

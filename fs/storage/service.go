@@ -139,7 +139,7 @@ type Service struct {
 	pool    *transport.Pool
 	targets map[proto.TargetID]*tstate
 	routing atomic.Pointer[proto.Routing]
-	lastHB  atomic.Int64 // unix nanos of the last heartbeat mgmtd answered
+	lastHB  atomic.Int64 // unix nanos when the last heartbeat mgmtd answered was sent
 	hbSeq   atomic.Uint64
 	fenced  atomic.Bool
 	dedup   dedup
@@ -245,6 +245,11 @@ func (s *Service) hbInterval() time.Duration {
 
 // ---- heartbeats, routing, phases ----
 
+// testHookHeartbeat, when set (tests only), runs after a heartbeat got
+// its answer and before the service records it: a test holds it there as
+// a loaded host's scheduler would.
+var testHookHeartbeat atomic.Pointer[func(s *Service)]
+
 func (s *Service) heartbeatLoop() {
 	defer s.wg.Done()
 	mgmtdIdx := 0
@@ -265,8 +270,19 @@ func (s *Service) heartbeatLoop() {
 		}
 		var resp proto.HeartbeatResp
 		var err error
+		// sent is when the heartbeat that got through left: mgmtd cannot
+		// have heard it earlier, so its fail timeout runs from a later
+		// instant than our fencing window. Taking the time the answer came
+		// back instead (as this did) stretches our window by however long
+		// the answer took and this goroutine waited to run, which on a
+		// loaded host can outlast the fail timeout: mgmtd has made a new
+		// chain without us, writes are acknowledged without us, and we
+		// still serve reads routed with the old chain version (stale
+		// bytes to a reader that opened after the writer's Flush).
+		var sent time.Time
 		for i := 0; i < len(s.cfg.Mgmtd); i++ {
 			addr := s.cfg.Mgmtd[(mgmtdIdx+i)%len(s.cfg.Mgmtd)]
+			sent = time.Now()
 			ctx, cancel := context.WithTimeout(s.ctx, max(iv, s.failTimeout()/4))
 			var c *transport.Conn
 			if c, err = s.pool.Get(ctx, addr); err == nil {
@@ -281,9 +297,12 @@ func (s *Service) heartbeatLoop() {
 				break
 			}
 		}
+		if hook := testHookHeartbeat.Load(); err == nil && hook != nil {
+			(*hook)(s)
+		}
 		now := time.Now()
 		if err == nil {
-			s.lastHB.Store(now.UnixNano())
+			s.lastHB.Store(sent.UnixNano())
 			if s.fenced.Swap(false) {
 				s.logf("mgmtd reachable again")
 			}

@@ -105,8 +105,13 @@ func RunPOSIX(t *testing.T, mnt string, native fs.FS, nativeRoot string) {
 	t.Run("RenameOverExisting", func(t *testing.T) {
 		os.WriteFile(p("old"), []byte("old contents"), 0o644)
 		os.WriteFile(p("new"), []byte("new contents, longer"), 0o644)
-		// Keep the destination open: it must stay readable with its old data.
-		held, err := os.Open(p("old"))
+		// Keep the destination open: it must stay readable with its old
+		// data. Open for writing: on the cluster only a write session holds
+		// a replaced or unlinked file's chunks (docs/fuse.md: a file open
+		// only for reading holds none, as in 3FS, and the collector may
+		// remove its data under it, so a read-only handle here would read
+		// zeros whenever a collection pass runs before the read).
+		held, err := os.OpenFile(p("old"), os.O_RDWR, 0)
 		if err != nil {
 			t.Fatal(err)
 		}
