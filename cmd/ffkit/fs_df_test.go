@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"math"
 	"os"
 	"os/exec"
@@ -10,8 +9,6 @@ import (
 	"syscall"
 	"testing"
 	"time"
-
-	"github.com/ffkit/ffkit/fs/fuse"
 )
 
 // Regression test of issue 14: `fs df` of a one-host cluster counts its
@@ -93,36 +90,7 @@ func TestClusterDfAndMountStatfs(t *testing.T) {
 		t.Skipf("no /dev/fuse: %v", err)
 	}
 	mnt := t.TempDir()
-	cmd := exec.Command(clusterBinary(t), "fs", "mount", u.url, mnt)
-	cmd.Env = u.env
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd.Stderr = os.Stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if fuse.IsMounted(mnt) {
-			fuse.Unmount(mnt, true)
-		}
-		cmd.Process.Kill()
-		cmd.Wait()
-	})
-	ready := make(chan string, 1)
-	go func() {
-		line, _ := bufio.NewReader(out).ReadString('\n')
-		ready <- line
-	}()
-	select {
-	case line := <-ready:
-		if !strings.HasPrefix(line, "mounted ") {
-			t.Fatalf("first line of fs mount: %q", line)
-		}
-	case <-time.After(2 * time.Minute):
-		t.Fatal("fs mount did not report ready")
-	}
+	startMountEnv(t, clusterBinary(t), u.env, u.url, mnt)
 	var st syscall.Statfs_t
 	if err := syscall.Statfs(mnt, &st); err != nil {
 		t.Fatal(err)

@@ -29,7 +29,14 @@ func fsMountTestBinary(t *testing.T) string {
 // startMount runs `ffkit fs mount src mnt` and waits for its ready line.
 func startMount(t *testing.T, bin, src, mnt string, extra ...string) *exec.Cmd {
 	t.Helper()
+	return startMountEnv(t, bin, nil, src, mnt, extra...)
+}
+
+// startMountEnv is startMount with the environment env (nil: this one's).
+func startMountEnv(t *testing.T, bin string, env []string, src, mnt string, extra ...string) *exec.Cmd {
+	t.Helper()
 	cmd := exec.Command(bin, append([]string{"fs", "mount", src, mnt}, extra...)...)
+	cmd.Env = env
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -55,8 +62,8 @@ func startMount(t *testing.T, bin, src, mnt string, extra ...string) *exec.Cmd {
 		if !strings.HasPrefix(line, "mounted ") {
 			t.Fatalf("first line of fs mount: %q", line)
 		}
-	case <-time.After(30 * time.Second):
-		t.Fatal("fs mount did not report ready in 30s")
+	case <-time.After(2 * time.Minute):
+		t.Fatal("fs mount did not report ready in 2 min")
 	}
 	return cmd
 }
