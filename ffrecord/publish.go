@@ -245,17 +245,22 @@ func checkReplaceable(ctx context.Context, fsys fs.FS, dir, display string, over
 	return true, nil
 }
 
+// PublishStep reports that a publish step is done to PublishHookForTesting
+// (if set). Writers that publish in steps of their own (pack's single-file
+// output and its index) call it too, so one test hook reaches every step.
+func PublishStep(step string) error {
+	if PublishHookForTesting != nil {
+		if err := PublishHookForTesting(step); err != nil {
+			return hookStop{err}
+		}
+	}
+	return nil
+}
+
 // publish renames the staging directory onto w.dir, setting an existing
 // dataset aside first.
 func (w *ShardedWriter) publish() error {
-	hook := func(step string) error {
-		if PublishHookForTesting != nil {
-			if err := PublishHookForTesting(step); err != nil {
-				return hookStop{err}
-			}
-		}
-		return nil
-	}
+	hook := PublishStep
 	if err := hook(StepStaged); err != nil {
 		return err
 	}

@@ -231,15 +231,48 @@ func (p *packer) packFile() error {
 		w.Abort()
 		return err
 	}
+	// The index is a second file beside the .ffr. An index that another
+	// pack left there is removed before the new file is published, and the
+	// new index is written after it: a crash in between leaves a file
+	// without an index, never an index that describes another file.
+	if err := p.removeStaleIndexes(fsys, name); err != nil {
+		w.Abort()
+		return err
+	}
+	if err := ffrecord.PublishStep(StepIndexRemoved); err != nil {
+		w.Abort()
+		return err
+	}
 	if err := w.Close(); err != nil {
 		return err
 	}
 	p.files = []string{p.out}
-	// The index is a second file beside the .ffr: written after it, so an
-	// index never describes a file that is not there.
+	if err := ffrecord.PublishStep(StepFilePublished); err != nil {
+		return err
+	}
 	idx := p.out + ".index." + p.c.IndexFormat
-	_, iname, _ := fs.Resolve(p.ctx, idx)
-	return p.writeIndex(func() (fs.Writer, error) { return fsys.Create(p.ctx, iname) }, idx, true)
+	return p.writeIndex(func() (fs.Writer, error) { return fsys.Create(p.ctx, name+".index."+p.c.IndexFormat) }, idx, true)
+}
+
+// Publish steps of a single-file output, for ffrecord.PublishHookForTesting.
+const (
+	StepIndexRemoved  = "index-removed"  // the indexes an older pack left beside OUT are gone
+	StepFilePublished = "file-published" // OUT is the new file; its index is not written yet
+)
+
+// removeStaleIndexes removes the sidecar indexes (of either format) beside
+// the single-file output name.
+func (p *packer) removeStaleIndexes(fsys fs.FS, name string) error {
+	for _, f := range []string{"jsonl", "csv"} {
+		idx := name + ".index." + f
+		if _, err := fsys.Stat(p.ctx, idx); err != nil {
+			continue
+		}
+		if err := fsys.Remove(p.ctx, idx); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return fmt.Errorf("pack: remove the old index %s: %w", p.out+".index."+f, err)
+		}
+	}
+	return nil
 }
 
 // copyWalk writes every sample of a walked source, one after the other.

@@ -21,6 +21,7 @@ import (
 	"github.com/apache/arrow-go/v18/parquet/pqarrow"
 
 	"github.com/ffkit/ffkit/ffrecord"
+	"github.com/ffkit/ffkit/pack"
 )
 
 // CLI tests of pack: the atomic publish under SIGKILL, gzip tar sources,
@@ -213,6 +214,71 @@ func TestCLIPackKilledAtEachPublishStep(t *testing.T) {
 			}
 			ffrMust(t, 0, "pack", src2, "-o", out, "--shard-size", "64K", "--force")
 			checkOldOrNew(t, out, old, new, false)
+		})
+	}
+}
+
+// A single-file pack with --force stopped (SIGSTOP) after each of its
+// publish steps and then SIGKILLed: OUT is the old file or the new one,
+// and the sidecar index beside it is absent or describes exactly that
+// file, sample for sample (the old code published the file before
+// replacing the index, so a kill there paired the new file with the old
+// index). A rerun publishes both.
+func TestCLIPackFileKilledAtEachPublishStep(t *testing.T) {
+	dir := t.TempDir()
+	src, src2 := filepath.Join(dir, "src"), filepath.Join(dir, "src2")
+	packSource(t, src, 300, 1000, 'a')
+	packSource(t, src2, 200, 1500, 'b')
+	old, new := sourceSamples(t, src), sourceSamples(t, src2)
+	// indexMatches: the index is absent, or lists exactly the samples of got.
+	indexMatches := func(out string, got [][]byte) bool {
+		f, err := os.Open(out + ".index.jsonl")
+		if os.IsNotExist(err) {
+			return true
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close()
+		ents, err := pack.ReadIndex(f)
+		if err != nil || len(ents) != len(got) {
+			t.Logf("index: %d entries for %d samples (%v)", len(ents), len(got), err)
+			return false
+		}
+		for i, e := range ents {
+			if e.Size != int64(len(got[i])) {
+				t.Logf("index entry %d: size %d, the sample is %d bytes", i, e.Size, len(got[i]))
+				return false
+			}
+		}
+		return true
+	}
+	for _, c := range []struct{ step, want string }{{pack.StepIndexRemoved, "old"}, {pack.StepFilePublished, "new"}} {
+		t.Run(c.step, func(t *testing.T) {
+			out := filepath.Join(t.TempDir(), "out.ffr")
+			ffrMust(t, 0, "pack", src, "-o", out)
+			cmd := exec.Command(ffrBinary(t), "pack", src2, "-o", out, "--force")
+			cmd.Env = append(os.Environ(), "FFKIT_PACK_STOP_AT="+c.step)
+			if err := cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			waitFor(t, "pack to stop at "+c.step, func() bool { return stopped(cmd.Process.Pid) })
+			cmd.Process.Signal(syscall.SIGKILL)
+			cmd.Wait()
+			got := checkOldOrNew(t, out, old, new, false)
+			if got != c.want {
+				t.Fatalf("killed at %s: %s at the output, want %s", c.step, got, c.want)
+			}
+			samples, _ := datasetSamples(out)
+			if !indexMatches(out, samples) {
+				t.Fatalf("killed at %s: the index beside %s describes another file", c.step, out)
+			}
+			ffrMust(t, 0, "pack", src2, "-o", out, "--force")
+			checkOldOrNew(t, out, old, new, false)
+			samples, _ = datasetSamples(out)
+			if _, err := os.Stat(out + ".index.jsonl"); err != nil || !indexMatches(out, samples) {
+				t.Fatalf("the rerun's index: %v", err)
+			}
 		})
 	}
 }
