@@ -472,6 +472,12 @@ type ShardedWriter struct {
 	closing  sync.WaitGroup // shards closing
 	closeMu  sync.Mutex     // guards closeErr
 	closeErr error          // first error of a background close
+
+	// In buffered mode a full shard is written in the background while
+	// the next one fills: at most one at a time (two shard buffers in
+	// memory), its buffer handed back through spare when written.
+	flushing chan struct{} // one token while a buffered shard is written
+	spare    chan []byte   // the written shard's buffer, for reuse
 }
 
 // NewShardedWriter starts writing shards for the dataset directory dir
@@ -501,7 +507,7 @@ func NewShardedWriter(ctx context.Context, dir string, opts ShardOptions) (*Shar
 		setActive(staging, false)
 		return nil, fmt.Errorf("ffrecord: create staging directory for %s: %w", dir, err)
 	}
-	w := &ShardedWriter{ctx: ctx, fsys: fsys, dir: name, staging: staging, staging0: staging, display: dir, opts: opts, closers: make(chan struct{}, 2)}
+	w := &ShardedWriter{ctx: ctx, fsys: fsys, dir: name, staging: staging, staging0: staging, display: dir, opts: opts, closers: make(chan struct{}, 2), flushing: make(chan struct{}, 1), spare: make(chan []byte, 1)}
 	if opts.Sizes != nil {
 		w.plan = PlanShards(opts.Sizes, opts.TargetSize, opts.Align)
 	}
@@ -617,6 +623,12 @@ func (w *ShardedWriter) WriteFrom(r io.Reader, size int64) error {
 			}
 		}
 		at := len(w.buf)
+		if cap(w.buf) == 0 {
+			// A shard's buffer is sized once, not doubled as samples
+			// arrive (doubling copied the first shard twice over). Its
+			// pages are touched only as they fill.
+			w.buf = make([]byte, 0, min(w.opts.TargetSize, 1<<30))
+		}
 		w.buf = slices.Grow(w.buf, int(size))[:at+int(size)]
 		if _, err := io.ReadFull(r, w.buf[at:]); err != nil {
 			w.buf = w.buf[:at]
@@ -747,22 +759,45 @@ func (w *ShardedWriter) flush() error {
 	if n == 0 {
 		return nil
 	}
+	if err := w.backgroundErr(); err != nil {
+		return w.fail(err)
+	}
 	cw, err := w.startShard(len(w.shards), n)
 	if err != nil {
 		return w.fail(err)
 	}
-	var off int64
-	for i, l := range w.lens {
-		if err := cw.writeOne(w.buf[off:off+l], w.crcs[i]); err != nil {
-			cw.Abort()
-			return w.fail(err)
+	buf, lens, crcs := w.buf, w.lens, w.crcs
+	w.flushing <- struct{}{} // the previous shard is written: its buffer is spare
+	w.closing.Add(1)
+	go func() {
+		defer func() { <-w.flushing; w.closing.Done() }()
+		var off int64
+		var err error
+		for i, l := range lens {
+			if err = cw.writeOne(buf[off:off+l], crcs[i]); err != nil {
+				cw.Abort()
+				break
+			}
+			off += l
 		}
-		off += l
+		if err == nil {
+			err = cw.Close()
+		}
+		if err != nil {
+			w.closeMu.Lock()
+			if w.closeErr == nil {
+				w.closeErr = err
+			}
+			w.closeMu.Unlock()
+		}
+		w.spare <- buf[:0]
+	}()
+	w.buf, w.lens, w.crcs = nil, nil, nil
+	select {
+	case b := <-w.spare:
+		w.buf = b
+	default:
 	}
-	if err := cw.Close(); err != nil {
-		return w.fail(err)
-	}
-	w.buf, w.lens, w.crcs = w.buf[:0], w.lens[:0], w.crcs[:0]
 	return nil
 }
 
