@@ -128,6 +128,10 @@ type tstate struct {
 	// syncedAt is the chain version at which our successor's resync last
 	// completed (no rerun until the chain changes).
 	syncedAt atomic.Uint64
+	// upToDateCV is the chain version under which this target last became
+	// up to date (its resync ended, or mgmtd promoted it); its uptodate
+	// reports carry it (chain.ResyncHolds).
+	upToDateCV atomic.Uint64
 }
 
 func (ts *tstate) ph() phase { return phase(ts.phase.Load()) }
@@ -261,6 +265,9 @@ func (s *Service) heartbeatLoop() {
 		}
 		for id, ts := range s.targets {
 			tr := proto.TargetReport{ID: id, State: ts.ph().local(), Used: ts.Used()}
+			if tr.State == proto.UpToDate {
+				tr.ChainVer = ts.upToDateCV.Load()
+			}
 			if sp, err := ts.Space(); err != nil {
 				s.logf("target %d: %v", id, err) // reported as unknown (0)
 			} else {
@@ -356,12 +363,22 @@ func (s *Service) setRouting(r *proto.Routing) {
 		}
 		p := ts.ph()
 		next := phase(chain.NextPhase(chain.Phase(p), st, ch != nil))
+		if next == phaseUpToDate && p != phaseUpToDate {
+			ts.upToDateCV.Store(ch.Version) // promoted (stored first: the report must not be stale)
+		}
+		if next == phaseUpToDate && ch != nil && !chain.ResyncHolds(st, ch.Version, ts.upToDateCV.Load()) {
+			// Syncing again under a newer chain version than our resync
+			// ended in: we may have missed writes in between (mgmtd ignores
+			// such a report anyway); report online until the resync under
+			// this version ends.
+			next = phaseOnline
+		}
 		if next == p || !ts.phase.CompareAndSwap(int32(p), int32(next)) {
 			continue // unchanged, or moved concurrently: the next heartbeat decides
 		}
 		switch next {
 		case phaseOnline:
-			s.logf("target %d: mgmtd shows it %q: online, ready for resync", id, st)
+			s.logf("target %d: mgmtd shows it %q (chain v%d): online, ready for resync", id, st, ch.Version)
 			s.kickHeartbeat()
 		case phaseUpToDate:
 			s.logf("target %d: promoted to serving by mgmtd", id)
@@ -882,8 +899,10 @@ func (s *Service) handleSync(method uint16, sr *proto.SyncReq) (any, [][]byte, e
 	if method == proto.MSyncStart {
 		return proto.SyncStartResp{Chunks: ts.List(0, math.MaxUint64)}, nil, nil
 	}
+	// The version first: a heartbeat that sees the phase must report it.
+	ts.upToDateCV.Store(ch.Version)
 	if ts.phase.CompareAndSwap(int32(phaseOnline), int32(phaseUpToDate)) {
-		s.logf("target %d: resync of chain %d done", ts.ID, sr.Chain)
+		s.logf("target %d: resync of chain %d done (v%d)", ts.ID, sr.Chain, ch.Version)
 		s.kickHeartbeat()
 	}
 	return struct{}{}, nil, nil
