@@ -254,6 +254,11 @@ func (s *Service) hbInterval() time.Duration {
 // a loaded host's scheduler would.
 var testHookHeartbeat atomic.Pointer[func(s *Service)]
 
+// testHookForward, when set (tests only), runs before each attempt to
+// forward version ver of chunk id from ts to its successor: a test holds
+// an update there, in flight down the chain.
+var testHookForward atomic.Pointer[func(ts *tstate, id proto.ChunkID, ver uint64)]
+
 func (s *Service) heartbeatLoop() {
 	defer s.wg.Done()
 	mgmtdIdx := 0
@@ -378,7 +383,7 @@ func (s *Service) setRouting(r *proto.Routing) {
 		}
 		switch next {
 		case phaseOnline:
-			s.logf("target %d: mgmtd shows it %q (chain v%d): online, ready for resync", id, st, ch.Version)
+			s.logf("target %d: mgmtd shows it %q: online, ready for resync", id, st)
 			s.kickHeartbeat()
 		case phaseUpToDate:
 			s.logf("target %d: promoted to serving by mgmtd", id)
@@ -536,6 +541,7 @@ func (s *Service) applyChain(ctx context.Context, ts *tstate, chain proto.ChainI
 	c := ts.get(id)
 	c.lock.Lock()
 	defer c.lock.Unlock()
+	u.tag = tag
 	if ver == 0 {
 		// A pending version left at the head (its writer crashed, gave up
 		// or lost the chain) may already be committed further down: it is
@@ -547,6 +553,13 @@ func (s *Service) applyChain(ctx context.Context, ts *tstate, chain proto.ChainI
 			if err := s.redriveLocked(ctx, ts, chain, id, c, stale); err != nil {
 				return nil, err
 			}
+		}
+		if ts.applied(c, tag) {
+			// A retry of a write already committed here: it reached us as
+			// an update from the previous head (the client retried at us,
+			// the new head, while we were forwarding it, so the dedup
+			// table did not know it yet). Acknowledged, not applied again.
+			return s.chunkResp(ts, c), nil
 		}
 	}
 	cur := c.commitVer()
@@ -616,6 +629,9 @@ func (s *Service) forward(ctx context.Context, ts *tstate, chain proto.ChainID, 
 	backoff := 5 * time.Millisecond
 	var lastErr error
 	for attempt := 0; ; attempt++ {
+		if hook := testHookForward.Load(); hook != nil {
+			(*hook)(ts, id, nv.ver)
+		}
 		if attempt > 0 {
 			if time.Now().After(deadline) {
 				return fmt.Errorf("%w: forwarding chunk %v v%d from target %d: %v", proto.ErrTargetOffline, id, nv.ver, ts.ID, lastErr)
