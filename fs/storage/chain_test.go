@@ -19,12 +19,13 @@ import (
 // chain of two) in process.
 func twoReplicas(t *testing.T) (*client.Client, *proto.Chain, map[proto.TargetID]*tstate) {
 	t.Helper()
-	cl, ch, targets, _ := twoServices(t)
+	cl, ch, targets, _ := twoServices(t, nil)
 	return cl, ch, targets
 }
 
-// twoServices is twoReplicas with the services, by target.
-func twoServices(t *testing.T) (*client.Client, *proto.Chain, map[proto.TargetID]*tstate, map[proto.TargetID]*Service) {
+// twoServices is twoReplicas with the services, by target; tune, if not
+// nil, changes each service's Config.
+func twoServices(t *testing.T, tune func(*Config)) (*client.Client, *proto.Chain, map[proto.TargetID]*tstate, map[proto.TargetID]*Service) {
 	t.Helper()
 	ctx := context.Background()
 	m, err := mgmtd.Start(ctx, mgmtd.Options{Token: "tok", Store: memkv.New(memkv.Options{}), Replicas: 2, ExpectTargets: 2,
@@ -37,9 +38,13 @@ func twoServices(t *testing.T) (*client.Client, *proto.Chain, map[proto.TargetID
 	targets := map[proto.TargetID]*tstate{}
 	svcs := map[proto.TargetID]*Service{}
 	for n := 1; n <= 2; n++ {
-		s, err := Start(Config{Node: proto.NodeID(n), Mgmtd: []string{m.Addr()}, Token: "tok", Logf: t.Logf,
+		cfg := Config{Node: proto.NodeID(n), Mgmtd: []string{m.Addr()}, Token: "tok", Logf: t.Logf,
 			PendingTimeout: time.Hour, // only the write path resolves pending versions here
-			Targets:        []TargetConfig{{ID: proto.TargetID(n), Dir: filepath.Join(dir, fmt.Sprint(n))}}})
+			Targets:        []TargetConfig{{ID: proto.TargetID(n), Dir: filepath.Join(dir, fmt.Sprint(n))}}}
+		if tune != nil {
+			tune(&cfg)
+		}
+		s, err := Start(cfg)
 		if err != nil {
 			t.Fatal(err)
 		}

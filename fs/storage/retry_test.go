@@ -20,7 +20,7 @@ import (
 // the retry has passed the dedup table.
 func TestRetryAtNewHeadDuringForwardedUpdate(t *testing.T) {
 	ctx := context.Background()
-	cl, ch, targets, svcs := twoServices(t)
+	cl, ch, targets, svcs := twoServices(t, nil)
 	bID, cID := ch.Targets[0].ID, ch.Targets[1].ID
 	b, svc := targets[bID], svcs[bID]
 	id := proto.ChunkID{Inode: 7}

@@ -61,6 +61,13 @@ type Config struct {
 	// NoLocalReads refuses short-circuit reads (proto.ReadIO.Local): a
 	// client on this host then always gets the bytes over the connection.
 	NoLocalReads bool
+	// ScrubInterval: every so often (the first pass one interval after
+	// start) each committed chunk of a serving target is read and checked
+	// against its block checksums, one chunk per work tick (100 ms); a
+	// rotten one is repaired as a read that found it would be. A rotten
+	// copy that nothing reads would else stay until its replicas are
+	// needed. Default 24 h; negative: never.
+	ScrubInterval time.Duration
 }
 
 func (c *Config) defaults() error {
@@ -91,6 +98,9 @@ func (c *Config) defaults() error {
 	}
 	if c.PendingTimeout <= 0 {
 		c.PendingTimeout = 2 * time.Second
+	}
+	if c.ScrubInterval == 0 {
+		c.ScrubInterval = 24 * time.Hour
 	}
 	if c.VFS == nil {
 		c.VFS = OS{}
@@ -977,6 +987,7 @@ func (s *Service) workLoop() {
 	defer t.Stop()
 	var syncs sync.WaitGroup
 	defer syncs.Wait()
+	sc := scrubber{started: time.Now()}
 	for {
 		select {
 		case <-s.ctx.Done():
@@ -988,6 +999,7 @@ func (s *Service) workLoop() {
 			continue
 		}
 		s.dedup.sweep(10 * time.Minute)
+		s.scrubStep(&sc, r)
 		for _, ts := range s.targets {
 			ch := chainOfTarget(r, ts.ID)
 			if ch == nil || ts.ph() != phaseUpToDate {
@@ -1013,6 +1025,57 @@ func (s *Service) workLoop() {
 				s.redrivePending(ts, ch.ID)
 			}
 		}
+	}
+}
+
+// scrubber is the state of the background scrub; owned by workLoop.
+type scrubber struct {
+	started time.Time // when the current (or last) pass began
+	queue   []scrubItem
+}
+
+type scrubItem struct {
+	ts *tstate
+	id proto.ChunkID
+}
+
+// scrubStep checks the next chunk of the scrub pass (Config.ScrubInterval)
+// and starts a new pass when the last one is over and the interval has
+// passed.
+func (s *Service) scrubStep(sc *scrubber, r *proto.Routing) {
+	if s.cfg.ScrubInterval < 0 {
+		return
+	}
+	if len(sc.queue) == 0 {
+		if time.Since(sc.started) < s.cfg.ScrubInterval {
+			return
+		}
+		sc.started = time.Now()
+		for _, ts := range s.targets {
+			for _, m := range ts.List(0, math.MaxUint64) {
+				if m.CommitVer > 0 && m.Length > 0 {
+					sc.queue = append(sc.queue, scrubItem{ts, m.Chunk})
+				}
+			}
+		}
+		return
+	}
+	it := sc.queue[0]
+	sc.queue = sc.queue[1:]
+	ch := chainOfTarget(r, it.ts.ID)
+	if ch == nil || it.ts.ph() != phaseUpToDate {
+		return
+	}
+	if me, _ := ch.Target(it.ts.ID); me.State != proto.Serving {
+		return
+	}
+	_, release, _, _, _, err := it.ts.readRefSrc(it.id, 0, proto.MaxChunkSize, false, verifyHere)
+	if release != nil {
+		release()
+	}
+	if errors.Is(err, proto.ErrChecksum) {
+		s.logf("scrub: %v", err)
+		s.repair(it.ts, ch, err)
 	}
 }
 
