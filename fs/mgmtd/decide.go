@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/ffkit/ffkit/fs/proto"
+	"github.com/ffkit/ffkit/fs/storage/chain"
 )
 
 // NodeView is what mgmtd knows of a storage service from its heartbeats.
@@ -12,6 +13,9 @@ type NodeView struct {
 	Addr    string
 	LastHB  time.Time                           // when the last heartbeat arrived
 	Targets map[proto.TargetID]proto.LocalState // as last reported
+	// ChainVer is, for each target reported uptodate, the chain version
+	// its report refers to (see StaleResyncs).
+	ChainVer map[proto.TargetID]uint64
 }
 
 // LocalStates derives every target's effective local state: as reported by
@@ -29,6 +33,26 @@ func LocalStates(nodes map[proto.NodeID]NodeView, now time.Time, failTimeout tim
 		}
 	}
 	return out
+}
+
+// StaleResyncs finds the "uptodate" reports in local that no longer hold
+// under r (chain.ResyncHolds: a syncing target whose resync ended under
+// an older chain version than r routes), turns them into online in
+// local, so Decide does not promote those targets, and returns them in
+// sorted order. reported is the chain version each report refers to.
+// Pure but for local.
+func StaleResyncs(r *proto.Routing, local map[proto.TargetID]proto.LocalState, reported map[proto.TargetID]uint64) []proto.TargetID {
+	var stale []proto.TargetID
+	for _, c := range r.Chains {
+		for _, t := range c.Targets {
+			if local[t.ID] == proto.UpToDate && !chain.ResyncHolds(t.State, c.Version, reported[t.ID]) {
+				local[t.ID] = proto.Online
+				stale = append(stale, t.ID)
+			}
+		}
+	}
+	slices.Sort(stale)
+	return stale
 }
 
 // NextChain computes a chain's next target list from its current public

@@ -234,3 +234,66 @@ func TestWaitReadyTimesOut(t *testing.T) {
 		t.Fatalf("WaitReady without storage: %v", err)
 	}
 }
+
+// A syncing target's "uptodate" report from under an older chain version
+// (its resync ended before it was dropped and made syncing again) must
+// not promote it: writes were acknowledged without it in between.
+func TestStaleResyncReportIgnored(t *testing.T) {
+	ctx := context.Background()
+	s, err := Start(ctx, Options{Token: "t", Store: memkv.New(memkv.Options{}), Replicas: 3, ExpectTargets: 3,
+		UpdateInterval: time.Hour, Freeze: time.Nanosecond, FailTimeout: time.Hour, Logf: t.Logf})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	hbv := map[proto.NodeID]uint64{}
+	report := func(id proto.TargetID, st proto.LocalState, cv uint64) {
+		t.Helper()
+		n := proto.NodeID(id)
+		hbv[n]++
+		if _, _, err := s.heartbeat(ctx, &proto.HeartbeatReq{Node: n, Addr: fmt.Sprintf("h:%d", n), Version: hbv[n],
+			Targets: []proto.TargetReport{{ID: id, State: st, ChainVer: cv}}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	tick := func() proto.Chain {
+		t.Helper()
+		if err := s.tick(ctx, time.Now()); err != nil {
+			t.Fatal(err)
+		}
+		return s.Routing().Chains[0]
+	}
+	for id := proto.TargetID(1); id <= 3; id++ {
+		report(id, proto.UpToDate, 1)
+	}
+	ch := tick()
+	if len(s.Routing().Chains) != 1 {
+		t.Fatalf("chain not built: %+v", s.Routing())
+	}
+	for id := proto.TargetID(1); id <= 3; id++ {
+		report(id, proto.UpToDate, ch.Version)
+	}
+	ch = tick()
+	old := ch.Version
+	report(3, proto.LocalOff, 0) // target 3 dies
+	ch = tick()
+	if tg, _ := ch.Target(3); tg.State != proto.Offline {
+		t.Fatalf("target 3 not offline: %s", ch.String())
+	}
+	report(3, proto.Online, 0) // back: made syncing
+	ch = tick()
+	if tg, _ := ch.Target(3); tg.State != proto.Syncing {
+		t.Fatalf("target 3 not syncing: %s", ch.String())
+	}
+	report(3, proto.UpToDate, old) // a report from before it died
+	if ch = tick(); func() bool { tg, _ := ch.Target(3); return tg.State != proto.Syncing }() {
+		t.Fatalf("a stale uptodate report (chain v%d) changed target 3: %s", old, ch.String())
+	}
+	if n := s.StaleResyncs(); n != 1 {
+		t.Fatalf("StaleResyncs = %d, want 1", n)
+	}
+	report(3, proto.UpToDate, ch.Version) // its resync under this version ended
+	if ch = tick(); func() bool { tg, _ := ch.Target(3); return tg.State != proto.Serving }() {
+		t.Fatalf("target 3 not promoted on a current report: %s", ch.String())
+	}
+}

@@ -9,12 +9,14 @@ import (
 	"maps"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/ffkit/ffkit/fs/kv"
 	"github.com/ffkit/ffkit/fs/proto"
+	"github.com/ffkit/ffkit/fs/storage/chain"
 	"github.com/ffkit/ffkit/fs/transport"
 	"github.com/ffkit/ffkit/fs/trust"
 	"github.com/ffkit/ffkit/internal/errkind"
@@ -140,7 +142,15 @@ type Server struct {
 	mChanges   prometheus.Counter
 	mHeartbeat prometheus.Counter
 	mVersion   prometheus.Gauge
+	mStale     prometheus.Counter
+	// staleResyncs counts the "uptodate" reports ignored as stale.
+	staleResyncs atomic.Uint64
 }
+
+// StaleResyncs is the number of "uptodate" reports of syncing targets
+// ignored since the server started because their resync ended under an
+// older chain version than the one routed (chain.ResyncHolds).
+func (s *Server) StaleResyncs() uint64 { return s.staleResyncs.Load() }
 
 // Start loads the persisted routing (if any) and starts serving.
 func Start(ctx context.Context, opts Options) (*Server, error) {
@@ -151,7 +161,8 @@ func Start(ctx context.Context, opts Options) (*Server, error) {
 	s.mChanges = prometheus.NewCounter(prometheus.CounterOpts{Name: "ffkit_mgmtd_routing_changes_total", Help: "Routing changes published."})
 	s.mHeartbeat = prometheus.NewCounter(prometheus.CounterOpts{Name: "ffkit_mgmtd_heartbeats_total", Help: "Heartbeats received."})
 	s.mVersion = prometheus.NewGauge(prometheus.GaugeOpts{Name: "ffkit_mgmtd_routing_version", Help: "Current routing version."})
-	for _, c := range []prometheus.Collector{s.mChanges, s.mHeartbeat, s.mVersion} {
+	s.mStale = prometheus.NewCounter(prometheus.CounterOpts{Name: "ffkit_mgmtd_stale_resync_reports_total", Help: "Uptodate reports of syncing targets ignored: their resync ended under an older chain version."})
+	for _, c := range []prometheus.Collector{s.mChanges, s.mHeartbeat, s.mVersion, s.mStale} {
 		if err := opts.Registry.Register(c); err != nil {
 			return nil, fmt.Errorf("mgmtd: metrics: %w", err)
 		}
@@ -292,10 +303,19 @@ func (s *Server) heartbeat(ctx context.Context, hb *proto.HeartbeatReq) (any, []
 	n.LastHB = time.Now()
 	n.metrics = hb.Metrics
 	n.Targets = map[proto.TargetID]proto.LocalState{}
+	n.ChainVer = map[proto.TargetID]uint64{}
 	n.space = map[proto.TargetID]proto.TargetUsage{}
 	now := time.Now().UnixNano()
 	for _, t := range hb.Targets {
 		n.Targets[t.ID] = t.State
+		n.ChainVer[t.ID] = t.ChainVer
+		if ch := chainOfTarget(s.routing, t.ID); t.State == proto.UpToDate && ch != nil {
+			if me, _ := ch.Target(t.ID); !chain.ResyncHolds(me.State, ch.Version, t.ChainVer) {
+				s.staleResyncs.Add(1)
+				s.mStale.Inc()
+				s.opts.Logf("mgmtd: target %d reports uptodate from chain v%d, chain %d is at v%d: ignored", t.ID, t.ChainVer, ch.ID, ch.Version)
+			}
+		}
 		n.space[t.ID] = proto.TargetUsage{ID: t.ID, Node: hb.Node, Used: t.Used, Capacity: t.Capacity, Free: t.Free, FS: t.FS, FSUsed: t.FSUsed, Reported: now}
 		s.targets[t.ID] = hb.Node
 	}
@@ -389,7 +409,7 @@ func (s *Server) tick(ctx context.Context, now time.Time) error {
 	}
 	views := make(map[proto.NodeID]NodeView, len(s.nodes))
 	for id, n := range s.nodes {
-		views[id] = NodeView{Addr: n.Addr, LastHB: n.LastHB, Targets: maps.Clone(n.Targets)}
+		views[id] = NodeView{Addr: n.Addr, LastHB: n.LastHB, Targets: maps.Clone(n.Targets), ChainVer: maps.Clone(n.ChainVer)}
 	}
 	build := len(cur.Chains) == 0 && s.opts.ExpectTargets > 0 && len(s.targets) >= s.opts.ExpectTargets
 	targets := maps.Clone(s.targets)
@@ -404,6 +424,11 @@ func (s *Server) tick(ctx context.Context, now time.Time) error {
 		}
 	} else if len(next.Chains) > 0 && now.Sub(s.start) >= s.opts.Freeze {
 		local := LocalStates(views, now, s.opts.FailTimeout)
+		reported := map[proto.TargetID]uint64{}
+		for _, v := range views {
+			maps.Copy(reported, v.ChainVer)
+		}
+		StaleResyncs(next, local, reported) // counted as they arrive
 		if d, changed := Decide(next, local); changed {
 			for i, c := range d.Chains {
 				if c.Version != next.Chains[i].Version {
@@ -500,6 +525,16 @@ func (s *Server) WaitReady(ctx context.Context) error {
 		case <-ctx.Done():
 			return fmt.Errorf("mgmtd: cluster not ready: %w (chains %v)", ctx.Err(), s.Routing().Chains)
 		case <-time.After(10 * time.Millisecond):
+		}
+	}
+	return nil
+}
+
+// chainOfTarget is the chain of r that holds target id, or nil.
+func chainOfTarget(r *proto.Routing, id proto.TargetID) *proto.Chain {
+	for i := range r.Chains {
+		if _, ok := r.Chains[i].Target(id); ok {
+			return &r.Chains[i]
 		}
 	}
 	return nil

@@ -186,6 +186,11 @@ type TargetReport struct {
 	FSUsed int64 `json:"fs_used,omitempty"`
 	// Chain is the chain the target last served, 0 if it never joined one.
 	Chain ChainID `json:"chain,omitempty"`
+	// ChainVer (with State uptodate) is the chain version under which the
+	// target became up to date: its resync ended, or mgmtd promoted it.
+	// mgmtd promotes a syncing target only on a report from under the
+	// chain version it routes now (chain.ResyncHolds).
+	ChainVer uint64 `json:"cv,omitempty"`
 }
 
 // HeartbeatReq registers a storage service and reports its targets.

@@ -19,6 +19,14 @@ import (
 // chain of two) in process.
 func twoReplicas(t *testing.T) (*client.Client, *proto.Chain, map[proto.TargetID]*tstate) {
 	t.Helper()
+	cl, ch, targets, _ := twoServices(t, nil)
+	return cl, ch, targets
+}
+
+// twoServices is twoReplicas with the services, by target; tune, if not
+// nil, changes each service's Config.
+func twoServices(t *testing.T, tune func(*Config)) (*client.Client, *proto.Chain, map[proto.TargetID]*tstate, map[proto.TargetID]*Service) {
+	t.Helper()
 	ctx := context.Background()
 	m, err := mgmtd.Start(ctx, mgmtd.Options{Token: "tok", Store: memkv.New(memkv.Options{}), Replicas: 2, ExpectTargets: 2,
 		HeartbeatInterval: 50 * time.Millisecond, FailTimeout: time.Second, UpdateInterval: 20 * time.Millisecond, Logf: t.Logf})
@@ -28,15 +36,21 @@ func twoReplicas(t *testing.T) (*client.Client, *proto.Chain, map[proto.TargetID
 	t.Cleanup(func() { m.Close() })
 	dir := t.TempDir()
 	targets := map[proto.TargetID]*tstate{}
+	svcs := map[proto.TargetID]*Service{}
 	for n := 1; n <= 2; n++ {
-		s, err := Start(Config{Node: proto.NodeID(n), Mgmtd: []string{m.Addr()}, Token: "tok", Logf: t.Logf,
+		cfg := Config{Node: proto.NodeID(n), Mgmtd: []string{m.Addr()}, Token: "tok", Logf: t.Logf,
 			PendingTimeout: time.Hour, // only the write path resolves pending versions here
-			Targets:        []TargetConfig{{ID: proto.TargetID(n), Dir: filepath.Join(dir, fmt.Sprint(n))}}})
+			Targets:        []TargetConfig{{ID: proto.TargetID(n), Dir: filepath.Join(dir, fmt.Sprint(n))}}}
+		if tune != nil {
+			tune(&cfg)
+		}
+		s, err := Start(cfg)
 		if err != nil {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { s.Close() })
 		targets[proto.TargetID(n)] = s.targets[proto.TargetID(n)]
+		svcs[proto.TargetID(n)] = s
 	}
 	fstest.WaitReady(t, m, 10*time.Second)
 	cl, err := client.Dial(ctx, []string{m.Addr()}, client.Options{Token: "tok", RetryTimeout: 10 * time.Second})
@@ -45,7 +59,7 @@ func twoReplicas(t *testing.T) (*client.Client, *proto.Chain, map[proto.TargetID
 	}
 	t.Cleanup(func() { cl.Close() })
 	ch := cl.Routing().Chain(1)
-	return cl, ch, targets
+	return cl, ch, targets, svcs
 }
 
 func content(t *testing.T, ts *tstate, id proto.ChunkID) ([]byte, proto.ChunkMeta) {

@@ -61,6 +61,13 @@ type Config struct {
 	// NoLocalReads refuses short-circuit reads (proto.ReadIO.Local): a
 	// client on this host then always gets the bytes over the connection.
 	NoLocalReads bool
+	// ScrubInterval: every so often (the first pass one interval after
+	// start) each committed chunk of a serving target is read and checked
+	// against its block checksums, one chunk per work tick (100 ms); a
+	// rotten one is repaired as a read that found it would be. A rotten
+	// copy that nothing reads would else stay until its replicas are
+	// needed. Default 24 h; negative: never.
+	ScrubInterval time.Duration
 }
 
 func (c *Config) defaults() error {
@@ -91,6 +98,9 @@ func (c *Config) defaults() error {
 	}
 	if c.PendingTimeout <= 0 {
 		c.PendingTimeout = 2 * time.Second
+	}
+	if c.ScrubInterval == 0 {
+		c.ScrubInterval = 24 * time.Hour
 	}
 	if c.VFS == nil {
 		c.VFS = OS{}
@@ -128,6 +138,10 @@ type tstate struct {
 	// syncedAt is the chain version at which our successor's resync last
 	// completed (no rerun until the chain changes).
 	syncedAt atomic.Uint64
+	// upToDateCV is the chain version under which this target last became
+	// up to date (its resync ended, or mgmtd promoted it); its uptodate
+	// reports carry it (chain.ResyncHolds).
+	upToDateCV atomic.Uint64
 }
 
 func (ts *tstate) ph() phase { return phase(ts.phase.Load()) }
@@ -250,6 +264,11 @@ func (s *Service) hbInterval() time.Duration {
 // a loaded host's scheduler would.
 var testHookHeartbeat atomic.Pointer[func(s *Service)]
 
+// testHookForward, when set (tests only), runs before each attempt to
+// forward version ver of chunk id from ts to its successor: a test holds
+// an update there, in flight down the chain.
+var testHookForward atomic.Pointer[func(ts *tstate, id proto.ChunkID, ver uint64)]
+
 func (s *Service) heartbeatLoop() {
 	defer s.wg.Done()
 	mgmtdIdx := 0
@@ -261,6 +280,9 @@ func (s *Service) heartbeatLoop() {
 		}
 		for id, ts := range s.targets {
 			tr := proto.TargetReport{ID: id, State: ts.ph().local(), Used: ts.Used()}
+			if tr.State == proto.UpToDate {
+				tr.ChainVer = ts.upToDateCV.Load()
+			}
 			if sp, err := ts.Space(); err != nil {
 				s.logf("target %d: %v", id, err) // reported as unknown (0)
 			} else {
@@ -356,6 +378,16 @@ func (s *Service) setRouting(r *proto.Routing) {
 		}
 		p := ts.ph()
 		next := phase(chain.NextPhase(chain.Phase(p), st, ch != nil))
+		if next == phaseUpToDate && p != phaseUpToDate {
+			ts.upToDateCV.Store(ch.Version) // promoted (stored first: the report must not be stale)
+		}
+		if next == phaseUpToDate && ch != nil && !chain.ResyncHolds(st, ch.Version, ts.upToDateCV.Load()) {
+			// Syncing again under a newer chain version than our resync
+			// ended in: we may have missed writes in between (mgmtd ignores
+			// such a report anyway); report online until the resync under
+			// this version ends.
+			next = phaseOnline
+		}
 		if next == p || !ts.phase.CompareAndSwap(int32(p), int32(next)) {
 			continue // unchanged, or moved concurrently: the next heartbeat decides
 		}
@@ -519,6 +551,7 @@ func (s *Service) applyChain(ctx context.Context, ts *tstate, chain proto.ChainI
 	c := ts.get(id)
 	c.lock.Lock()
 	defer c.lock.Unlock()
+	u.tag = tag
 	if ver == 0 {
 		// A pending version left at the head (its writer crashed, gave up
 		// or lost the chain) may already be committed further down: it is
@@ -530,6 +563,13 @@ func (s *Service) applyChain(ctx context.Context, ts *tstate, chain proto.ChainI
 			if err := s.redriveLocked(ctx, ts, chain, id, c, stale); err != nil {
 				return nil, err
 			}
+		}
+		if ts.applied(c, tag) {
+			// A retry of a write already committed here: it reached us as
+			// an update from the previous head (the client retried at us,
+			// the new head, while we were forwarding it, so the dedup
+			// table did not know it yet). Acknowledged, not applied again.
+			return s.chunkResp(ts, c), nil
 		}
 	}
 	cur := c.commitVer()
@@ -599,6 +639,9 @@ func (s *Service) forward(ctx context.Context, ts *tstate, chain proto.ChainID, 
 	backoff := 5 * time.Millisecond
 	var lastErr error
 	for attempt := 0; ; attempt++ {
+		if hook := testHookForward.Load(); hook != nil {
+			(*hook)(ts, id, nv.ver)
+		}
 		if attempt > 0 {
 			if time.Now().After(deadline) {
 				return fmt.Errorf("%w: forwarding chunk %v v%d from target %d: %v", proto.ErrTargetOffline, id, nv.ver, ts.ID, lastErr)
@@ -882,8 +925,10 @@ func (s *Service) handleSync(method uint16, sr *proto.SyncReq) (any, [][]byte, e
 	if method == proto.MSyncStart {
 		return proto.SyncStartResp{Chunks: ts.List(0, math.MaxUint64)}, nil, nil
 	}
+	// The version first: a heartbeat that sees the phase must report it.
+	ts.upToDateCV.Store(ch.Version)
 	if ts.phase.CompareAndSwap(int32(phaseOnline), int32(phaseUpToDate)) {
-		s.logf("target %d: resync of chain %d done", ts.ID, sr.Chain)
+		s.logf("target %d: resync of chain %d done (v%d)", ts.ID, sr.Chain, ch.Version)
 		s.kickHeartbeat()
 	}
 	return struct{}{}, nil, nil
@@ -942,6 +987,7 @@ func (s *Service) workLoop() {
 	defer t.Stop()
 	var syncs sync.WaitGroup
 	defer syncs.Wait()
+	sc := scrubber{started: time.Now()}
 	for {
 		select {
 		case <-s.ctx.Done():
@@ -953,6 +999,7 @@ func (s *Service) workLoop() {
 			continue
 		}
 		s.dedup.sweep(10 * time.Minute)
+		s.scrubStep(&sc, r)
 		for _, ts := range s.targets {
 			ch := chainOfTarget(r, ts.ID)
 			if ch == nil || ts.ph() != phaseUpToDate {
@@ -978,6 +1025,57 @@ func (s *Service) workLoop() {
 				s.redrivePending(ts, ch.ID)
 			}
 		}
+	}
+}
+
+// scrubber is the state of the background scrub; owned by workLoop.
+type scrubber struct {
+	started time.Time // when the current (or last) pass began
+	queue   []scrubItem
+}
+
+type scrubItem struct {
+	ts *tstate
+	id proto.ChunkID
+}
+
+// scrubStep checks the next chunk of the scrub pass (Config.ScrubInterval)
+// and starts a new pass when the last one is over and the interval has
+// passed.
+func (s *Service) scrubStep(sc *scrubber, r *proto.Routing) {
+	if s.cfg.ScrubInterval < 0 {
+		return
+	}
+	if len(sc.queue) == 0 {
+		if time.Since(sc.started) < s.cfg.ScrubInterval {
+			return
+		}
+		sc.started = time.Now()
+		for _, ts := range s.targets {
+			for _, m := range ts.List(0, math.MaxUint64) {
+				if m.CommitVer > 0 && m.Length > 0 {
+					sc.queue = append(sc.queue, scrubItem{ts, m.Chunk})
+				}
+			}
+		}
+		return
+	}
+	it := sc.queue[0]
+	sc.queue = sc.queue[1:]
+	ch := chainOfTarget(r, it.ts.ID)
+	if ch == nil || it.ts.ph() != phaseUpToDate {
+		return
+	}
+	if me, _ := ch.Target(it.ts.ID); me.State != proto.Serving {
+		return
+	}
+	_, release, _, _, _, err := it.ts.readRefSrc(it.id, 0, proto.MaxChunkSize, false, verifyHere)
+	if release != nil {
+		release()
+	}
+	if errors.Is(err, proto.ErrChecksum) {
+		s.logf("scrub: %v", err)
+		s.repair(it.ts, ch, err)
 	}
 }
 

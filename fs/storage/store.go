@@ -65,7 +65,18 @@ type version struct {
 	length   int64
 	removed  bool
 	crcs     []uint32 // per block
+	// tag is the client request that made this version (zero: none known,
+	// e.g. a resync transfer). In memory only.
+	tag proto.Tag
+	// replaced: built from a whole content, not on the committed version
+	// (a resync transfer, a syncing successor's copy, a repair): the
+	// request tags remembered before it may not be in its history.
+	replaced bool
 }
+
+// maxChunkTags is how many of a chunk's latest client requests a target
+// remembers (chunk.tags).
+const maxChunkTags = 32
 
 // checksum is the whole-chunk checksum compared between hops: a CRC32C of
 // the length, the removed flag and the block CRCs.
@@ -150,6 +161,12 @@ type chunk struct {
 	pendingSince time.Time
 	corrupt      bool     // a read found a block checksum mismatch
 	file         *fileRef // open handle of the committed version, or nil
+	// tags are the client requests of the latest committed versions (at
+	// most maxChunkTags), all in the committed version's history: a
+	// retried write already here is acknowledged, not applied again, even
+	// when it arrived as an update from an earlier head (see
+	// Service.applyChain). In memory only: a restart forgets them.
+	tags []proto.Tag
 }
 
 // fileRef is a shared open handle of a committed chunk file: the chunk
@@ -187,6 +204,17 @@ func (r *fileRef) mapping(size int64) []byte {
 		}
 	})
 	return r.mapped
+}
+
+// applied tells whether the client request tag made one of the chunk's
+// latest committed versions (chunk.tags).
+func (t *Target) applied(c *chunk, tag proto.Tag) bool {
+	if tag.Client == 0 {
+		return false
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return slices.Contains(c.tags, tag)
 }
 
 func (c *chunk) commitVer() uint64 {
@@ -423,6 +451,7 @@ type update struct {
 	crc      uint32   // PayloadChecksum of data, valid when crcs != nil
 	ver      uint64
 	chainVer uint64
+	tag      proto.Tag // the client request (zero: none)
 }
 
 // prepare builds the pending version u.ver of chunk id and makes it
@@ -464,7 +493,7 @@ func (t *Target) prepareAsync(id proto.ChunkID, c *chunk, u update) (*version, f
 	if corrupt && !u.full && u.op != proto.OpRemove {
 		return nil, nil, fmt.Errorf("%w: chunk %v on target %d is corrupt; waiting for repair", proto.ErrChecksum, id, t.ID)
 	}
-	nv := &version{ver: u.ver, chainVer: u.chainVer}
+	nv := &version{ver: u.ver, chainVer: u.chainVer, tag: u.tag, replaced: u.full}
 	p := t.path(id, u.ver, true)
 	f, err := t.vfs.Create(p)
 	if err != nil {
@@ -629,6 +658,15 @@ func (t *Target) commit(id proto.ChunkID, c *chunk) (*version, error) {
 	}
 	t.mu.Lock()
 	c.committed, c.pending, c.corrupt = nv, nil, false
+	if nv.replaced || (old != nil && old.ver >= nv.ver) {
+		c.tags = nil // another history: the tags of the one replaced do not hold
+	}
+	if nv.tag.Client != 0 {
+		c.tags = append(c.tags, nv.tag)
+		if len(c.tags) > maxChunkTags {
+			c.tags = slices.Clone(c.tags[len(c.tags)-maxChunkTags:])
+		}
+	}
 	if c.file != nil {
 		c.file.release(t)
 		c.file = nil

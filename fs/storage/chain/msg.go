@@ -94,7 +94,7 @@ type Msg struct {
 	Delta uint64 // MsgWrite, and MsgUpdate unless Full
 	Err   string // responses: "" = success
 
-	ChainVer uint64           // chain messages: the chain version the sender routes by
+	ChainVer uint64           // chain messages: the chain version the sender routes by; MsgHeartbeat (uptodate): the one its resync ended under
 	Seq      uint64           // MsgUpdate/MsgAck: the sender's sequence (stale copies are dropped)
 	Ver      uint64           // MsgUpdate, MsgAck, MsgReadResp
 	Val      uint64           // MsgUpdate if Full or Install, MsgAck, MsgReadResp
@@ -129,6 +129,9 @@ func (m Msg) String() string {
 		s += fmt.Sprintf(" cv%d chunks=%d", m.ChainVer, len(m.Metas))
 	case MsgHeartbeat:
 		s += fmt.Sprintf(" %s known=%d", m.Local, m.Known)
+		if m.ChainVer != 0 {
+			s += fmt.Sprintf(" cv%d", m.ChainVer)
+		}
 	case MsgFetch:
 		s += fmt.Sprintf(" c%d v%d", m.Chunk, m.Ver)
 	case MsgFetchResp:

@@ -67,3 +67,21 @@ func NextPhase(p Phase, st proto.PublicState, inChain bool) Phase {
 	}
 	return p
 }
+
+// ResyncHolds tells whether a target's "uptodate" report still holds
+// under its chain as routed now: st is the target's public state in the
+// chain, chainVer the chain's version, and reported the chain version the
+// report refers to (the one under which the target's resync ended, or
+// under which it was promoted). Only a syncing target is promoted on its
+// report, and only a resync that ended under the very chain version now
+// routed counts: a report from under an earlier version is stale. In
+// between the target may have been dropped (offline) while writes were
+// acknowledged without it, and made syncing again; a report still in
+// flight from before would promote it without those writes (simulator
+// seeds 68656 and 145469: an acknowledged write lost). A target whose
+// report is stale is resynced again under the current version (its
+// predecessor restarts the resync on every chain change) and reports
+// anew. Pure.
+func ResyncHolds(st proto.PublicState, chainVer, reported uint64) bool {
+	return st != proto.Syncing || reported == chainVer
+}

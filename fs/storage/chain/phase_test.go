@@ -34,3 +34,21 @@ func TestNextPhase(t *testing.T) {
 		}
 	}
 }
+
+func TestResyncHolds(t *testing.T) {
+	for _, tc := range []struct {
+		st           proto.PublicState
+		cv, reported uint64
+		want         bool
+	}{
+		{proto.Syncing, 7, 7, true},  // the resync ended under the chain routed now
+		{proto.Syncing, 9, 7, false}, // dropped and made syncing again since: stale
+		{proto.Syncing, 7, 0, false}, // no version: never promotes
+		{proto.Serving, 9, 7, true},  // not promoted by its report: nothing to hold
+		{proto.Offline, 9, 7, true},
+	} {
+		if got := ResyncHolds(tc.st, tc.cv, tc.reported); got != tc.want {
+			t.Errorf("ResyncHolds(%s, v%d, reported v%d) = %t, want %t", tc.st, tc.cv, tc.reported, got, tc.want)
+		}
+	}
+}

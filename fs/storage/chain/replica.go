@@ -18,6 +18,7 @@ type Bugs struct {
 	AcceptStaleSender       bool // accept any update: a stale copy, another chain version, a non-predecessor
 	NoFence                 bool // keep serving when mgmtd has not answered for half the fail timeout
 	RepairByLeaving         bool // the old repair: leave the chain (if another replica serves) instead of fetching a peer's copy
+	StaleResyncHolds        bool // an "uptodate" report counts whatever chain version its resync ended under (sim's mgmtd and the replica)
 }
 
 // Config configures a Replica. Times are in the driver's clock units.
@@ -26,7 +27,12 @@ type Config struct {
 	FailTimeout       int64 // mgmtd declares a silent target dead after it; fence at half
 	HeartbeatInterval int64
 	RetryInterval     int64 // resend an unanswered update, sync start or sync done after it
-	Bugs              Bugs
+	// ScrubInterval: every so often the target checks every committed
+	// chunk against its checksum and repairs a corrupt one from a peer
+	// (a rotten copy that no read, write or resync touches would else
+	// stay). 0: no scrub.
+	ScrubInterval int64
+	Bugs          Bugs
 }
 
 // DiskChunk is a chunk as the chunk store holds it after a restart.
@@ -84,12 +90,17 @@ type Replica struct {
 	routing *proto.Routing
 	lastHB  int64 // send time of the newest answered heartbeat
 	hbSent  int64
+	scrubAt int64 // when the last scrub ran
 	now     int64
 	fenced  bool
-	chunks  map[uint64]*chunkState
-	seq     uint64
-	sync    *resync
-	ready   Ready
+	// syncedCV is the chain version under which the target last became
+	// up to date (a resync ended, or mgmtd promoted it); heartbeats carry
+	// it so mgmtd can tell a stale report (ResyncHolds).
+	syncedCV uint64
+	chunks   map[uint64]*chunkState
+	seq      uint64
+	sync     *resync
+	ready    Ready
 }
 
 // Ready is what a Replica asks of its driver: apply Persist in order (a
@@ -276,7 +287,15 @@ func (r *Replica) tick() {
 		if r.routing != nil {
 			known = r.routing.Version
 		}
-		r.send(Msg{Type: MsgHeartbeat, To: MgmtdAddr, Local: r.phase.Local(), Known: known})
+		hb := Msg{Type: MsgHeartbeat, To: MgmtdAddr, Local: r.phase.Local(), Known: known}
+		if r.phase == UpToDate {
+			hb.ChainVer = r.syncedCV
+		}
+		r.send(hb)
+	}
+	if r.cfg.ScrubInterval > 0 && r.now-r.scrubAt >= r.cfg.ScrubInterval {
+		r.scrubAt = r.now
+		r.scrub()
 	}
 	if !r.inChain() {
 		return
@@ -327,7 +346,16 @@ func (r *Replica) onRouting(m Msg) {
 	if next == Restarting && r.phase != Restarting {
 		r.leave()
 	}
+	if next == UpToDate && r.phase != UpToDate {
+		r.syncedCV = ch.Version // promoted
+	}
 	r.phase = next
+	if r.phase == UpToDate && ch != nil && !r.cfg.Bugs.StaleResyncHolds && !ResyncHolds(me.State, ch.Version, r.syncedCV) {
+		// Syncing again under a newer chain version than our resync
+		// ended in: we may have missed writes in between; wait for the
+		// resync under this version.
+		r.phase = Online
+	}
 	if r.sync != nil && (ch == nil || r.sync.chainVer != ch.Version) {
 		r.sync = nil
 	}
@@ -591,6 +619,19 @@ func (r *Replica) repair(id uint64) {
 	}
 }
 
+// scrub repairs every committed chunk whose content fails its checksum
+// (a pending one is repaired before it is sent on or committed).
+func (r *Replica) scrub() {
+	if r.chain() == nil {
+		return
+	}
+	for _, id := range r.Chunks() {
+		if c := r.chunks[id]; c.pending == nil && c.committed.Corrupt() {
+			r.repair(id)
+		}
+	}
+}
+
 func (r *Replica) onFetch(m Msg) {
 	c := r.chunks[m.Chunk]
 	switch {
@@ -721,7 +762,7 @@ func (r *Replica) onSyncMsg(m Msg) {
 		return
 	}
 	if m.Type == MsgSyncDone || r.cfg.Bugs.ServeBeforeResyncEnds {
-		r.phase = UpToDate
+		r.phase, r.syncedCV = UpToDate, m.ChainVer
 	}
 	if m.Type == MsgSyncStart {
 		var metas []Meta
@@ -738,5 +779,8 @@ func (r *Replica) onSyncMsg(m Msg) {
 func Bootstrap(cfg Config, r *proto.Routing, now int64) *Replica {
 	rep := New(cfg, nil, 0, now)
 	rep.routing, rep.phase, rep.fenced = r, UpToDate, false
+	if ch := rep.chain(); ch != nil {
+		rep.syncedCV = ch.Version
+	}
 	return rep
 }

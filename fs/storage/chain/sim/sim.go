@@ -34,6 +34,7 @@ type Options struct {
 	Trace bool       // record a readable trace of every step
 	// BitFlips: flip one bit of one stored chunk in some runs.
 	BitFlips bool
+	noScrub  bool // tests: replicas do not scrub
 }
 
 // Result is a run's outcome.
@@ -43,6 +44,7 @@ type Result struct {
 	Steps int
 	Acked int // acknowledged writes
 	Fault int // faults injected
+	Stale int // stale "uptodate" reports mgmtd ignored (chain.ResyncHolds)
 }
 
 const (
@@ -52,6 +54,7 @@ const (
 	failTimeout = 40
 	hbInterval  = 5
 	retry       = 12
+	scrubEvery  = 100
 	faultUntil  = 500  // faults stop at this time
 	quietBound  = 1500 // everything converges by then
 	clientWait  = 30   // a client resends after this long
@@ -133,6 +136,7 @@ type world struct {
 	checked   uint64                   // routing version CheckChain last passed
 	lastLocal map[proto.TargetID]proto.LocalState
 	mgLocal   map[proto.TargetID]proto.LocalState
+	mgCV      map[proto.TargetID]uint64 // the chain version each report refers to
 	// blocked links, both ways: a-b (0 = mgmtd)
 	blocked  map[[2]chain.Addr]int64 // until
 	clients  []*client
@@ -147,7 +151,7 @@ type world struct {
 // Run runs one seed.
 func Run(opt Options) Result {
 	w := &world{opt: opt, rng: rand.New(rand.NewPCG(opt.Seed, 0x5eed)), mgLast: map[proto.TargetID]int64{}, mgSent: map[proto.TargetID]int64{},
-		mgLocal: map[proto.TargetID]proto.LocalState{}, blocked: map[[2]chain.Addr]int64{},
+		mgLocal: map[proto.TargetID]proto.LocalState{}, mgCV: map[proto.TargetID]uint64{}, blocked: map[[2]chain.Addr]int64{},
 		acked: map[uint64]uint64{}, ackedVal: map[[2]uint64]uint64{}}
 	ch := proto.Chain{ID: 1, Version: 1}
 	for i := 1; i <= nTargets; i++ {
@@ -159,7 +163,7 @@ func Run(opt Options) Result {
 		n := &node{id: id, disk: &disk{chunks: map[uint64]chain.DiskChunk{}, undo: map[uint64]chain.Version{}}}
 		n.rep = chain.Bootstrap(w.cfg(id), w.routing, 0)
 		w.nodes = append(w.nodes, n)
-		w.mgLast[id], w.mgLocal[id] = 0, proto.UpToDate
+		w.mgLast[id], w.mgLocal[id], w.mgCV[id] = 0, proto.UpToDate, 1
 	}
 	for i := 0; i < nClients; i++ {
 		w.clients = append(w.clients, &client{addr: chain.Addr(100 + i), left: opsPerCli})
@@ -169,7 +173,11 @@ func Run(opt Options) Result {
 }
 
 func (w *world) cfg(id proto.TargetID) chain.Config {
-	return chain.Config{ID: id, FailTimeout: failTimeout, HeartbeatInterval: hbInterval, RetryInterval: retry, Bugs: w.opt.Bugs}
+	c := chain.Config{ID: id, FailTimeout: failTimeout, HeartbeatInterval: hbInterval, RetryInterval: retry, ScrubInterval: scrubEvery, Bugs: w.opt.Bugs}
+	if w.opt.noScrub {
+		c.ScrubInterval = 0
+	}
+	return c
 }
 
 func (w *world) trace(format string, args ...any) {
@@ -320,7 +328,12 @@ func (w *world) heartbeat(m chain.Msg) {
 		return // an older heartbeat overtaken by a newer one (real ones carry a sequence)
 	}
 	w.mgSent[id] = m.Now
-	w.mgLast[id], w.mgLocal[id] = w.now, m.Local
+	w.mgLast[id], w.mgLocal[id], w.mgCV[id] = w.now, m.Local, m.ChainVer
+	if ch := w.routing.Chain(1); m.Local == proto.UpToDate {
+		if me, _ := ch.Target(id); !chain.ResyncHolds(me.State, ch.Version, m.ChainVer) {
+			w.res.Stale++
+		}
+	}
 	resp := chain.Msg{Type: chain.MsgRouting, From: chain.MgmtdAddr, To: m.From, SentAt: m.Now, Now: w.now}
 	if m.Known != w.routing.Version {
 		resp.Routing = w.routing
@@ -338,6 +351,9 @@ func (w *world) tick() {
 		} else {
 			local[id] = proto.LocalOff
 		}
+	}
+	if !w.opt.Bugs.StaleResyncHolds {
+		mgmtd.StaleResyncs(w.routing, local, w.mgCV)
 	}
 	// Decide is pure: skip it when neither input changed since last time.
 	if w.decided != w.routing.Version || !maps.Equal(local, w.lastLocal) {
