@@ -98,12 +98,12 @@ func (o *Options) Validate() error {
 
 // Store is a kv.Store on etcd.
 type Store struct {
-	opts    Options
+	opts Options
 	// serializable: first reads skip the read index (see Options.Reads).
 	serializable bool
-	client  *clientv3.Client
-	kv      clientv3.KV
-	onClose func() // stops an owned embedded server; may be nil
+	client       *clientv3.Client
+	kv           clientv3.KV
+	onClose      func() // stops an owned embedded server; may be nil
 }
 
 var _ kv.Store = (*Store)(nil)
