@@ -386,10 +386,23 @@ func (c *metaCache) renamed(oldp, newp string, dir, ok bool) {
 // node is busy (being written or closed here: its own state wins), else
 // from the storage.
 func (n *node) statStorage(ctx context.Context, p string) (fs.FileInfo, error) {
-	if n.busy() {
+	if n.busyFor(n.srv.mc) {
 		return n.srv.backend.Stat(ctx, p)
 	}
 	return n.srv.statCached(ctx, p)
+}
+
+// busyFor is busy, narrowed when c caches: a node this mount wrote and
+// closed (whose times it keeps, see node.report) may then be described
+// from the cache or a listing, as its close updated both; only a node
+// being written or closed may not.
+func (n *node) busyFor(c *metaCache) bool {
+	if !c.enabled() {
+		return n.busy()
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.wf != nil || n.seq != nil || n.closing != nil
 }
 
 // invalidate drops what the cache holds about the node (its description

@@ -789,7 +789,7 @@ func (d *dirHandle) Lookup(ctx context.Context, name string, out *gofuse.EntryOu
 		return d.n.Lookup(ctx, name, out)
 	}
 	if cn, ok := d.n.childNode(name); ok {
-		if cn.busy() {
+		if cn.busyFor(d.n.srv.mc) {
 			// Being written or closed by this mount: the listing may
 			// predate that; describe it as Lookup and Getattr do.
 			return d.n.Lookup(ctx, name, out)
