@@ -202,6 +202,7 @@ func (n *node) Create(_ context.Context, name string, flags uint32, mode uint32,
 	cn := child.Operations().(*node)
 	// Created, or not: either way the name is described anew.
 	defer s.mc.created(p, nil)
+	s.pend.wait(ctx, p)
 	if s.rw == nil {
 		if flags&syscall.O_EXCL != 0 {
 			if _, err := s.statCached(ctx, p); err == nil {

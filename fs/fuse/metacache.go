@@ -312,9 +312,10 @@ func (s *Server) statCached(ctx context.Context, p string) (fs.FileInfo, error) 
 		}
 		return st, nil
 	}
-	gen := s.mc.generation()
 	dir, name := path.Split(p)
 	if s.mc.wantListing(dir) {
+		s.pend.waitUnder(ctx, cleanDir(dir))
+		gen := s.mc.generation()
 		ents, err := s.backend.List(ctx, cleanDir(dir))
 		if err == nil {
 			s.mc.putListing(dir, ents, gen)
@@ -327,6 +328,8 @@ func (s *Server) statCached(ctx context.Context, p string) (fs.FileInfo, error) 
 			}
 		}
 	}
+	s.pend.wait(ctx, p)
+	gen := s.mc.generation()
 	st, err := s.backend.Stat(ctx, p)
 	s.mc.put(p, st, err, gen)
 	return st, err
@@ -361,6 +364,7 @@ func (s *Server) listCached(ctx context.Context, dir string) ([]fs.FileInfo, err
 	if ents, ok := s.mc.listing(dir); ok {
 		return ents, nil
 	}
+	s.pend.waitUnder(ctx, dir)
 	gen := s.mc.generation()
 	ents, err := s.backend.List(ctx, dir)
 	if err == nil {

@@ -89,6 +89,42 @@ func TestMetaCache(t *testing.T) {
 	if got := names(t, d); len(got) != 20 {
 		t.Fatalf("listing after 20 creates: %v", got)
 	}
+	// Pipelined unlinks: gone here at once, a name can be created again
+	// at once, and after fsync of the directory every client sees them gone.
+	for i := 10; i < 20; i++ {
+		if err := os.Remove(filepath.Join(d, fmt.Sprintf("f%02d", i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := 10; i < 20; i++ {
+		mustNotExist(t, filepath.Join(d, fmt.Sprintf("f%02d", i)))
+	}
+	if err := os.WriteFile(filepath.Join(d, "f19"), []byte("again"), 0o644); err != nil {
+		t.Fatalf("create right after unlink: %v", err)
+	}
+	if got := names(t, d); len(got) != 11 || !slices.Contains(got, "f19") || slices.Contains(got, "f18") {
+		t.Fatalf("listing after unlinks and a re-create: %v", got)
+	}
+	dh, err := os.Open(d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := dh.Sync(); err != nil {
+		t.Fatalf("fsync of the directory: %v", err)
+	}
+	dh.Close()
+	cd := filepath.Join(c, "d")
+	if got := names(t, cd); len(got) != 11 || slices.Contains(got, "f18") {
+		t.Fatalf("a consistent mount lists %v after the unlinks were synced", got)
+	}
+	if b, err := os.ReadFile(filepath.Join(cd, "f19")); err != nil || string(b) != "again" {
+		t.Fatalf("the re-created file, from another mount: %q %v", b, err)
+	}
+	for i := 10; i < 19; i++ {
+		if err := os.WriteFile(filepath.Join(d, fmt.Sprintf("f%02d", i)), make([]byte, i), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
 	p0, p1 := filepath.Join(d, "f00"), filepath.Join(d, "moved")
 	if err := os.Rename(p0, p1); err != nil {
 		t.Fatal(err)

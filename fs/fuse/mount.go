@@ -164,6 +164,7 @@ type Server struct {
 	opts    Options
 	srv     *gofuse.Server
 	mc      *metaCache
+	pend    *pendingOps // unlinks in flight (pending.go)
 	uid     uint32
 	gid     uint32
 
@@ -205,6 +206,7 @@ func Mount(backend fs.FS, root, mountpoint string, opts Options) (*Server, error
 		cancel:  cancel,
 		queue:   make(chan *readReq, 4*opts.MaxBatch),
 		mc:      newMetaCache(opts.AttrTimeout),
+		pend:    newPendingOps(),
 	}
 	if rw, ok := backend.(fs.RandomAccessFS); ok {
 		s.rw = rw

@@ -506,6 +506,7 @@ func (n *node) Mkdir(_ context.Context, name string, mode uint32, out *gofuse.En
 	if _, err := n.srv.statCached(ctx, p); err == nil {
 		return nil, syscall.EEXIST
 	}
+	n.srv.pend.wait(ctx, p)
 	err := n.srv.backend.MkdirAll(ctx, p)
 	if err != nil {
 		n.srv.mc.changed(p)
@@ -558,6 +559,7 @@ func (n *node) remove(name string, dir bool) syscall.Errno {
 	case dir:
 		// fs.FS.Remove removes an empty directory; check so that every
 		// backend answers ENOTEMPTY the same way.
+		n.srv.pend.waitUnder(ctx, p)
 		ents, err := n.srv.backend.List(ctx, p)
 		if err != nil {
 			return n.srv.errno(err)
@@ -565,6 +567,9 @@ func (n *node) remove(name string, dir bool) syscall.Errno {
 		if len(ents) > 0 {
 			return syscall.ENOTEMPTY
 		}
+	}
+	if !dir && n.unlinkPipelined(name, p) {
+		return 0
 	}
 	err = n.srv.backend.Remove(ctx, p)
 	if err != nil {
@@ -599,6 +604,7 @@ func (n *node) Rename(_ context.Context, name string, newParent gofs.InodeEmbedd
 	}
 	ctx, cancel := n.srv.opContext()
 	defer cancel()
+	n.srv.pend.waitUnder(ctx, "")
 	src, err := n.srv.statCached(ctx, oldp)
 	if err != nil {
 		return n.srv.errno(err)
