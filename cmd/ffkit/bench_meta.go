@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -12,6 +13,7 @@ import (
 	"github.com/spf13/cobra"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/ffkit/ffkit/bench"
 	"github.com/ffkit/ffkit/fs/kv"
 	"github.com/ffkit/ffkit/fs/kv/etcdkv"
 	"github.com/ffkit/ffkit/fs/kv/memkv"
@@ -53,6 +55,10 @@ func newBenchMetaCmd() *cobra.Command {
 		duration    time.Duration
 		concurrency int
 		dirSize     int
+		mountDir    string
+		localDir    string
+		threadsStr  string
+		entries     int
 	)
 	c := &cobra.Command{
 		Use:   "meta",
@@ -68,9 +74,33 @@ the cluster transport on loopback) and --concurrency clients doing creates
 
 Baseline, measured in the same run on the same store at the same
 concurrency: single-key read-modify-write kv transactions per second; the
-ratio is metadata ops/s over that. Temporary stores live under $TMPDIR.`,
+ratio is metadata ops/s over that. Temporary stores live under $TMPDIR.
+
+With --mount DIR, measure POSIX metadata calls through a mounted file
+system ('ffkit fs mount') instead, beside the same calls on a local
+directory (--local, default $TMPDIR) in the same run: --entries files
+created (open O_CREAT|O_EXCL and close), stated, listed (one listing of
+the fresh directory) and unlinked (then fsync of each directory, so that
+unlinks a mount answered early are counted until they are stored), by
+each thread count of --threads. One
+thread works in one directory; with several, each thread has its own
+directory (as mdtest's unique-directory mode) and the entries are split
+among them. The ratio is mount over local.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if mountDir != "" {
+				threads, err := bench.ParseInts(threadsStr)
+				if err != nil {
+					return err
+				}
+				if entries < 1 {
+					return usagef("--entries must be positive")
+				}
+				if localDir == "" {
+					localDir = os.TempDir()
+				}
+				return benchMetaMount(cmd.Context(), mountDir, localDir, threads, entries)
+			}
 			if concurrency < 1 || duration <= 0 || dirSize < 1 {
 				return usagef("--concurrency, --duration and --dir-size must be positive")
 			}
@@ -106,6 +136,10 @@ ratio is metadata ops/s over that. Temporary stores live under $TMPDIR.`,
 	c.Flags().DurationVar(&duration, "duration", 3*time.Second, "how long each operation runs")
 	c.Flags().IntVar(&concurrency, "concurrency", 8, "concurrent clients")
 	c.Flags().IntVar(&dirSize, "dir-size", 100, "entries in the listed directory")
+	c.Flags().StringVar(&mountDir, "mount", "", "a mounted file system ('ffkit fs mount'): measure POSIX metadata calls through it against --local")
+	c.Flags().StringVar(&localDir, "local", "", "the local-disk directory of the --mount baseline (default $TMPDIR)")
+	c.Flags().StringVar(&threadsStr, "threads", "1,16", "thread counts of the --mount rows")
+	c.Flags().IntVar(&entries, "entries", 5000, "files per --mount row")
 	return c
 }
 
@@ -248,4 +282,146 @@ func benchMetaOn(ctx context.Context, name string, store kv.Store, d time.Durati
 	}
 	rows = append(rows, row(fmt.Sprintf("readdir%d", dirSize), ops, rate))
 	return rows, nil
+}
+
+// benchMetaMountRow is one (threads, operation) figure of --mount.
+type benchMetaMountRow struct {
+	Threads     int     `json:"threads"`
+	Op          string  `json:"op"`
+	Entries     int     `json:"entries"`
+	LocalPerSec float64 `json:"local_per_s"`
+	MountPerSec float64 `json:"mount_per_s"`
+	Ratio       float64 `json:"ratio"` // mount over local
+}
+
+// benchMetaMount runs the POSIX metadata rows on mnt and local, for each
+// thread count, local first then the mount for every operation.
+func benchMetaMount(ctx context.Context, mnt, local string, threads []int, entries int) error {
+	for _, d := range []string{mnt, local} {
+		if fi, err := os.Stat(d); err != nil || !fi.IsDir() {
+			return usagef("%s is not a directory (%v)", d, err)
+		}
+	}
+	tag := fmt.Sprintf("ffkit-bench-meta-%d-%x", os.Getpid(), rand.Uint32())
+	var rows []benchMetaMountRow
+	for _, n := range threads {
+		if n < 1 {
+			return usagef("--threads: %d", n)
+		}
+		var res [2]map[string]float64
+		for i, root := range []string{local, mnt} {
+			fmt.Fprintf(os.Stderr, "bench meta: %d thread(s) on %s...\n", n, root)
+			base := filepath.Join(root, fmt.Sprintf("%s-t%d", tag, n))
+			r, err := benchMetaPOSIX(ctx, base, n, entries)
+			os.RemoveAll(base)
+			if err != nil {
+				return fmt.Errorf("bench meta on %s: %w", root, err)
+			}
+			res[i] = r
+		}
+		for _, op := range []string{"create", "stat", "list", "unlink"} {
+			l, m := res[0][op], res[1][op]
+			rows = append(rows, benchMetaMountRow{Threads: n, Op: op, Entries: entries, LocalPerSec: l, MountPerSec: m, Ratio: m / l})
+		}
+	}
+	if jsonOut {
+		return printJSON(rows)
+	}
+	w := human()
+	fmt.Fprintf(w, "%-7s %-7s %12s %12s %9s\n", "THREADS", "OP", "LOCAL/S", "MOUNT/S", "RATIO")
+	for _, r := range rows {
+		fmt.Fprintf(w, "%-7d %-7s %12.0f %12.0f %9.4f\n", r.Threads, r.Op, r.LocalPerSec, r.MountPerSec, r.Ratio)
+	}
+	fmt.Fprintf(w, "(%d entries per row; list: entries/s of one listing of each fresh directory; local: %s, mount: %s, same run)\n", entries, local, mnt)
+	return nil
+}
+
+// benchMetaPOSIX creates, stats, lists and unlinks entries files under
+// base with n threads (one directory each) and returns each operation's
+// rate per second.
+func benchMetaPOSIX(ctx context.Context, base string, n, entries int) (map[string]float64, error) {
+	dirs := make([]string, n)
+	for i := range dirs {
+		dirs[i] = filepath.Join(base, fmt.Sprintf("t%02d", i))
+		if err := os.MkdirAll(dirs[i], 0o755); err != nil {
+			return nil, err
+		}
+	}
+	name := func(t, i int) string { return filepath.Join(dirs[t], fmt.Sprintf("f%07d", i)) }
+	each := func(op func(t, i int) error) (float64, error) {
+		start := time.Now()
+		g, gctx := errgroup.WithContext(ctx)
+		for t := range n {
+			g.Go(func() error {
+				for i := t; i < entries; i += n {
+					if err := gctx.Err(); err != nil {
+						return err
+					}
+					if err := op(t, i); err != nil {
+						return err
+					}
+				}
+				return nil
+			})
+		}
+		err := g.Wait()
+		return float64(entries) / time.Since(start).Seconds(), err
+	}
+	out := map[string]float64{}
+	var err error
+	if out["create"], err = each(func(t, i int) error {
+		f, err := os.OpenFile(name(t, i), os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o644)
+		if err != nil {
+			return err
+		}
+		return f.Close()
+	}); err != nil {
+		return nil, fmt.Errorf("create: %w", err)
+	}
+	if out["stat"], err = each(func(t, i int) error {
+		_, err := os.Stat(name(t, i))
+		return err
+	}); err != nil {
+		return nil, fmt.Errorf("stat: %w", err)
+	}
+	start := time.Now()
+	g, _ := errgroup.WithContext(ctx)
+	for t := range n {
+		g.Go(func() error {
+			ents, err := os.ReadDir(dirs[t])
+			if err == nil && len(ents) != (entries-t+n-1)/n {
+				err = fmt.Errorf("listing of %s has %d entries, want %d", dirs[t], len(ents), (entries-t+n-1)/n)
+			}
+			return err
+		})
+	}
+	if err := g.Wait(); err != nil {
+		return nil, fmt.Errorf("list: %w", err)
+	}
+	out["list"] = float64(entries) / time.Since(start).Seconds()
+	// A mount may answer unlinks before they reach the storage: the row
+	// ends when fsync of each directory says they all have.
+	start = time.Now()
+	if _, err = each(func(t, i int) error { return os.Remove(name(t, i)) }); err != nil {
+		return nil, fmt.Errorf("unlink: %w", err)
+	}
+	for _, d := range dirs {
+		if err := syncDir(d); err != nil {
+			return nil, fmt.Errorf("unlink: %w", err)
+		}
+	}
+	out["unlink"] = float64(entries) / time.Since(start).Seconds()
+	return out, nil
+}
+
+func syncDir(dir string) error {
+	f, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	if err := f.Sync(); err != nil {
+		return fmt.Errorf("fsync %s: %w", dir, err)
+	}
+	return nil
 }

@@ -25,6 +25,7 @@ func newFSMountCmd() *cobra.Command {
 	var (
 		o                             fuse.Options
 		maxRequest, raWindow, raBlock string
+		consistent                    bool
 	)
 	c := &cobra.Command{
 		Use:   "mount SOURCE MOUNTPOINT",
@@ -38,9 +39,13 @@ unmounted, by Ctrl-C / SIGTERM here or by 'ffkit fs umount MOUNTPOINT'
 (fusermount3 -u) elsewhere. Run it with '&' to keep the shell.
 
 Consistency is close-to-open: data written through the mount is visible to
-every other client once the file is closed, and an open sees the latest
-closed state. --attr-timeout > 0 lets the kernel cache names and attributes
-for that long (fewer metadata round trips, staler views).
+every other client once the file is closed. Names, attributes and missing
+names are cached (by the kernel and by the mount) for --attr-timeout, 1s by
+default: a change made by another client (a new, removed or renamed file,
+a new length) is seen here at most that long after it was made, while this
+mount's own changes are seen at once. --consistent turns the caches off
+(--attr-timeout 0): every lookup and open asks the metadata service, so an
+open sees the latest closed state exactly.
 
 Reads of 64 KiB or more from a storage service on this host are
 short-circuit reads of its chunk files (checked against their block CRCs):
@@ -56,6 +61,15 @@ hanging its callers.`,
 			src, mnt := args[0], args[1]
 			ctx := cmd.Context()
 			var err error
+			if consistent {
+				if cmd.Flags().Changed("attr-timeout") && o.AttrTimeout != 0 {
+					return usagef("--consistent and --attr-timeout %v contradict each other", o.AttrTimeout)
+				}
+				o.AttrTimeout = 0
+			}
+			if o.AttrTimeout < 0 {
+				return usagef("--attr-timeout must not be negative")
+			}
 			if o.MaxRequest, err = parseIntSize("--max-request", maxRequest); err != nil {
 				return err
 			}
@@ -108,7 +122,8 @@ hanging its callers.`,
 	f := c.Flags()
 	f.BoolVar(&o.ReadOnly, "read-only", false, "refuse every change (EROFS)")
 	f.DurationVar(&o.Timeout, "timeout", 75*time.Second, "bound on every call into the storage; past it the caller gets ETIMEDOUT")
-	f.DurationVar(&o.AttrTimeout, "attr-timeout", 0, "how long the kernel may cache names and attributes (0: revalidate on every open)")
+	f.DurationVar(&o.AttrTimeout, "attr-timeout", time.Second, "how long names, attributes and missing names are cached: another client's changes are seen within it (0: no caching)")
+	f.BoolVar(&consistent, "consistent", false, "cache no names or attributes (--attr-timeout 0): every lookup and open asks the metadata service")
 	f.StringVar(&maxRequest, "max-request", "1M", "largest FUSE read/write request (max_read, max_write)")
 	f.StringVar(&raWindow, "read-ahead", "32M", "read-ahead window of a file read sequentially (0: off)")
 	f.StringVar(&raBlock, "read-ahead-block", "4M", "size of each read-ahead read (several run in parallel)")

@@ -214,7 +214,8 @@ func (f *FS) List(ctx context.Context, dir string) ([]fs.FileInfo, error) {
 	}
 	out := make([]fs.FileInfo, len(es))
 	for i, e := range es {
-		out[i] = fs.FileInfo{Name: e.Name, Size: e.Size, IsDir: e.IsDir, ModTime: time.Unix(0, e.MTime)}
+		out[i] = fs.FileInfo{Name: e.Name, Size: e.Size, IsDir: e.IsDir, ModTime: time.Unix(0, e.MTime),
+			Perm: e.Perm, Uid: e.Uid, Gid: e.Gid, HasOwner: e.Owned}
 	}
 	return out, nil
 }

@@ -200,9 +200,12 @@ func (n *node) Create(_ context.Context, name string, flags uint32, mode uint32,
 	defer cancel()
 	child := n.newChild(ctx, name, false)
 	cn := child.Operations().(*node)
+	// Created, or not: either way the name is described anew.
+	defer s.mc.created(p, nil)
+	s.pend.wait(ctx, p)
 	if s.rw == nil {
 		if flags&syscall.O_EXCL != 0 {
-			if _, err := s.backend.Stat(ctx, p); err == nil {
+			if _, err := s.statCached(ctx, p); err == nil {
 				return nil, nil, 0, syscall.EEXIST
 			}
 		}

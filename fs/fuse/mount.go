@@ -35,8 +35,12 @@ type Options struct {
 	// budget (fs/client Options.RetryTimeout, 60s), so a failover in
 	// progress is not cut short and the client's error wins when it gives up.
 	Timeout time.Duration
-	// AttrTimeout is how long the kernel may cache names and attributes.
-	// Default 0: every open revalidates (exact close-to-open consistency).
+	// AttrTimeout is how long names, attributes and missing names may be
+	// cached, by the kernel and by the mount's own metadata cache (see
+	// metacache.go): a change made by another client is seen within it;
+	// this mount's own changes are seen at once. Default 0: nothing is
+	// cached, every lookup and open revalidates (exact close-to-open
+	// consistency). `ffkit fs mount` defaults to 1s.
 	AttrTimeout time.Duration
 	// MaxRequest is max_read/max_write. Default 1 MiB (capped by the
 	// kernel's fs.fuse.max_pages_limit).
@@ -147,6 +151,8 @@ type Stats struct {
 	// file was closed).
 	ReadAheadWasted int64 `json:"read_ahead_wasted"`
 	Errors          int64 `json:"errors"` // requests answered with an errno
+	// MetaCache counts the metadata cache's answers (Options.AttrTimeout).
+	MetaCache MetaCacheStats `json:"meta_cache"`
 }
 
 // Server is a mounted file system.
@@ -157,6 +163,8 @@ type Server struct {
 	mnt     string
 	opts    Options
 	srv     *gofuse.Server
+	mc      *metaCache
+	pend    *pendingOps // unlinks in flight (pending.go)
 	uid     uint32
 	gid     uint32
 
@@ -197,6 +205,8 @@ func Mount(backend fs.FS, root, mountpoint string, opts Options) (*Server, error
 		ctx:     ctx,
 		cancel:  cancel,
 		queue:   make(chan *readReq, 4*opts.MaxBatch),
+		mc:      newMetaCache(opts.AttrTimeout),
+		pend:    newPendingOps(),
 	}
 	if rw, ok := backend.(fs.RandomAccessFS); ok {
 		s.rw = rw
@@ -229,7 +239,7 @@ func Mount(backend fs.FS, root, mountpoint string, opts Options) (*Server, error
 		go s.dispatch()
 	}
 
-	zero := opts.AttrTimeout
+	ttl := max(opts.AttrTimeout, 0)
 	fsName := opts.FsName
 	if fsName == "" {
 		fsName = backend.String() + ":" + root
@@ -265,9 +275,9 @@ func Mount(backend fs.FS, root, mountpoint string, opts Options) (*Server, error
 	rootNode := &node{srv: s}
 	s.srv, err = gofs.Mount(mountpoint, rootNode, &gofs.Options{
 		MountOptions:    mo,
-		EntryTimeout:    &zero,
-		AttrTimeout:     &zero,
-		NegativeTimeout: &zero,
+		EntryTimeout:    &ttl,
+		AttrTimeout:     &ttl,
+		NegativeTimeout: &ttl,
 		UID:             s.uid,
 		GID:             s.gid,
 		RootStableAttr:  &gofs.StableAttr{Ino: 1},
@@ -295,6 +305,7 @@ func (s *Server) Stats() Stats {
 		ReadAheadWaitSeconds: time.Duration(s.stats.raWaitNanos.Load()).Seconds(),
 		ReadAheadWasted:      s.stats.raWasted.Load(),
 		Errors:               s.stats.errors.Load(),
+		MetaCache:            s.mc.stats(),
 	}
 }
 

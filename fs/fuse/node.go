@@ -200,7 +200,7 @@ func (n *node) describe(ctx context.Context, p string) (fs.FileInfo, error) {
 		n.mu.Lock()
 		e := n.epoch
 		n.mu.Unlock()
-		st, err := n.srv.backend.Stat(ctx, p)
+		st, err := n.statStorage(ctx, p)
 		if err != nil {
 			return fs.FileInfo{}, err
 		}
@@ -280,6 +280,7 @@ func (n *node) closed() {
 	n.mu.Lock()
 	n.epoch++
 	n.mu.Unlock()
+	n.invalidate()
 }
 
 func (n *node) Getattr(_ context.Context, fh gofs.FileHandle, out *gofuse.AttrOut) syscall.Errno {
@@ -326,7 +327,7 @@ func (n *node) Lookup(_ context.Context, name string, out *gofuse.EntryOut) (*go
 	if known != nil {
 		st, err = known.describe(ctx, p)
 	} else {
-		st, err = n.srv.backend.Stat(ctx, p)
+		st, err = n.srv.statCached(ctx, p)
 	}
 	if err != nil {
 		return nil, n.srv.errno(err)
@@ -410,6 +411,7 @@ func (n *node) Setattr(fctx context.Context, fh gofs.FileHandle, in *gofuse.SetA
 			return n.srv.errno(err)
 		}
 	}
+	n.invalidate()
 	st, errno := n.stat(ctx, fh)
 	if errno != 0 {
 		return errno
@@ -501,16 +503,21 @@ func (n *node) Mkdir(_ context.Context, name string, mode uint32, out *gofuse.En
 	}
 	ctx, cancel := n.srv.opContext()
 	defer cancel()
-	if _, err := n.srv.backend.Stat(ctx, p); err == nil {
+	if _, err := n.srv.statCached(ctx, p); err == nil {
 		return nil, syscall.EEXIST
 	}
-	if err := n.srv.backend.MkdirAll(ctx, p); err != nil {
+	n.srv.pend.wait(ctx, p)
+	err := n.srv.backend.MkdirAll(ctx, p)
+	if err != nil {
+		n.srv.mc.changed(p)
 		return nil, n.srv.errno(err)
 	}
 	st, err := n.srv.backend.Stat(ctx, p)
 	if err != nil {
+		n.srv.mc.changed(p)
 		return nil, n.srv.errno(err)
 	}
+	n.srv.mc.created(p, &st)
 	n.srv.fillAttr(st, &out.Attr)
 	return n.newChild(ctx, name, true), 0
 }
@@ -539,7 +546,7 @@ func (n *node) remove(name string, dir bool) syscall.Errno {
 		// Still open somewhere, it keeps reporting what it had.
 		st, err = cn.describe(ctx, p)
 	} else {
-		st, err = n.srv.backend.Stat(ctx, p)
+		st, err = n.srv.statCached(ctx, p)
 	}
 	if err != nil {
 		return n.srv.errno(err)
@@ -552,6 +559,7 @@ func (n *node) remove(name string, dir bool) syscall.Errno {
 	case dir:
 		// fs.FS.Remove removes an empty directory; check so that every
 		// backend answers ENOTEMPTY the same way.
+		n.srv.pend.waitUnder(ctx, p)
 		ents, err := n.srv.backend.List(ctx, p)
 		if err != nil {
 			return n.srv.errno(err)
@@ -560,9 +568,15 @@ func (n *node) remove(name string, dir bool) syscall.Errno {
 			return syscall.ENOTEMPTY
 		}
 	}
-	if err := n.srv.backend.Remove(ctx, p); err != nil {
+	if !dir && n.unlinkPipelined(name, p) {
+		return 0
+	}
+	err = n.srv.backend.Remove(ctx, p)
+	if err != nil {
+		n.srv.mc.changed(p) // the cache may be what was wrong
 		return n.srv.errno(err)
 	}
+	n.srv.mc.removed(p, st.IsDir)
 	return 0
 }
 
@@ -590,12 +604,13 @@ func (n *node) Rename(_ context.Context, name string, newParent gofs.InodeEmbedd
 	}
 	ctx, cancel := n.srv.opContext()
 	defer cancel()
-	src, err := n.srv.backend.Stat(ctx, oldp)
+	n.srv.pend.waitUnder(ctx, "")
+	src, err := n.srv.statCached(ctx, oldp)
 	if err != nil {
 		return n.srv.errno(err)
 	}
 	dstIsEmptyDir := false
-	if dst, err := n.srv.backend.Stat(ctx, newp); err == nil {
+	if dst, err := n.srv.statCached(ctx, newp); err == nil {
 		switch {
 		case flags&renameNoReplace != 0:
 			return syscall.EEXIST
@@ -630,11 +645,15 @@ func (n *node) Rename(_ context.Context, name string, newParent gofs.InodeEmbedd
 	}
 	if dstIsEmptyDir {
 		// fs.FS.Rename replaces files only (as os.Rename): make room.
-		if err := n.srv.backend.Remove(ctx, newp); err != nil {
+		err := n.srv.backend.Remove(ctx, newp)
+		n.srv.mc.changed(newp)
+		if err != nil {
 			return n.srv.errno(err)
 		}
 	}
-	if err := n.srv.backend.Rename(ctx, oldp, newp); err != nil {
+	err = n.srv.backend.Rename(ctx, oldp, newp)
+	n.srv.mc.renamed(oldp, newp, src.IsDir, err == nil)
+	if err != nil {
 		return n.srv.errno(err)
 	}
 	return 0
@@ -710,7 +729,7 @@ func (d *dirHandle) list() syscall.Errno {
 	}
 	ctx, cancel := d.n.srv.opContext()
 	defer cancel()
-	ents, err := d.n.srv.backend.List(ctx, d.path)
+	ents, err := d.n.srv.listCached(ctx, d.path)
 	if err != nil {
 		return d.n.srv.errno(fmt.Errorf("list %s: %w", d.path, err))
 	}
@@ -776,7 +795,7 @@ func (d *dirHandle) Lookup(ctx context.Context, name string, out *gofuse.EntryOu
 		return d.n.Lookup(ctx, name, out)
 	}
 	if cn, ok := d.n.childNode(name); ok {
-		if cn.busy() {
+		if cn.busyFor(d.n.srv.mc) {
 			// Being written or closed by this mount: the listing may
 			// predate that; describe it as Lookup and Getattr do.
 			return d.n.Lookup(ctx, name, out)

@@ -35,7 +35,7 @@ type SchemaRow struct {
 // Schema is the whole key schema, in the order docs/meta-schema.md lists it.
 var Schema = []SchemaRow{
 	{"INOD + inode (8 bytes BE)", "Inode JSON: id, type, parent and name (no hard links), size, mtime, truncate version, layout (chunk size, chains), nlink, holes flag"},
-	{"DENT + parent inode (8 bytes BE) + name", "Dentry, 26 bytes: version 1 (1), flags (1: bit 0 directory), inode (8 BE), size (8 BE), mtime ns (8 BE); size and mtime are copies so that a listing is one range read"},
+	{"DENT + parent inode (8 bytes BE) + name", "Dentry, 26 bytes: version 1 (1), flags (1: bit 0 directory, bit 1 owned: the inode stores permission bits and owner, which a listing reads from it), inode (8 BE), size (8 BE), mtime ns (8 BE); size and mtime are copies so that a listing is one range read"},
 	{"INOS + inode (8 bytes BE) + session id", "Session JSON: client, expiry; a write session of the inode (an unlinked inode with sessions is not collected)"},
 	{"IDEM + request id", "Idem JSON: the stored result of a create, mkdir, rename, remove or commit, and when it was stored; a retried request returns it instead of acting twice"},
 	{"GCQU + inode (8 bytes BE)", "GC JSON: the chains and first chunk index to remove of a deleted or truncated file; the collector removes the chunks, then the record (and the inode)"},
@@ -98,7 +98,10 @@ func encodeDentry(d Dentry) []byte {
 	b := make([]byte, 2, dentrySize)
 	b[0] = 1
 	if d.IsDir {
-		b[1] = 1
+		b[1] |= 1
+	}
+	if d.Owned {
+		b[1] |= 2
 	}
 	b = binary.BigEndian.AppendUint64(b, d.Inode)
 	b = binary.BigEndian.AppendUint64(b, uint64(d.Size))
@@ -109,7 +112,7 @@ func decodeDentry(b []byte) (Dentry, error) {
 	if len(b) != dentrySize || b[0] != 1 {
 		return Dentry{}, fmt.Errorf("meta: bad directory entry value (%d bytes, version %d)", len(b), firstByte(b))
 	}
-	return Dentry{IsDir: b[1]&1 != 0, Inode: binary.BigEndian.Uint64(b[2:10]),
+	return Dentry{IsDir: b[1]&1 != 0, Owned: b[1]&2 != 0, Inode: binary.BigEndian.Uint64(b[2:10]),
 		Size: int64(binary.BigEndian.Uint64(b[10:18])), MTime: int64(binary.BigEndian.Uint64(b[18:26]))}, nil
 }
 

@@ -179,7 +179,7 @@ func getInode(ctx context.Context, r reader, id uint64) (*Inode, error) {
 func putInode(tx kv.Txn, n *Inode) { setJSON(tx, inodeKey(n.ID), n) }
 
 func dentryOf(n *Inode) Dentry {
-	return Dentry{Inode: n.ID, IsDir: n.IsDir(), Size: n.Size, MTime: n.MTime}
+	return Dentry{Inode: n.ID, IsDir: n.IsDir(), Size: n.Size, MTime: n.MTime, Owned: n.Owned}
 }
 
 func putDentry(tx kv.Txn, parent uint64, name string, n *Inode) {
@@ -357,7 +357,16 @@ func (s *Service) Readdir(ctx context.Context, path string) ([]Entry, error) {
 			if err != nil {
 				return fmt.Errorf("meta: corrupt entry %q in %s: %w", name, path, err)
 			}
-			out = append(out, Entry{Name: name, Dentry: de})
+			ent := Entry{Name: name, Dentry: de}
+			if de.Owned {
+				// Only entries with stored owners cost an inode read.
+				n, err := getInode(ctx, tx, de.Inode)
+				if err != nil {
+					return fmt.Errorf("meta: entry %q in %s: %w", name, path, err)
+				}
+				ent.Perm, ent.Uid, ent.Gid = n.Perm, n.Uid, n.Gid
+			}
+			out = append(out, ent)
 		}
 		return nil
 	})
@@ -973,6 +982,9 @@ func (s *Service) SetAttr(ctx context.Context, path string, perm, uid, gid *uint
 			n.Gid = *gid
 		}
 		putInode(tx, n)
+		if n.ID != RootInode && n.Parent != 0 {
+			putDentry(tx, n.Parent, n.Name, n) // its Owned flag
+		}
 		return nil
 	})
 	if err != nil {

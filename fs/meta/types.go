@@ -69,12 +69,20 @@ type Dentry struct {
 	IsDir bool   `json:"is_dir"`
 	Size  int64  `json:"size"`
 	MTime int64  `json:"mtime"`
+	// Owned: the inode stores permission bits and owner (Inode.Owned),
+	// so a listing reads them from it; without, the entry has the
+	// defaults and the listing needs no inode read.
+	Owned bool `json:"owned,omitempty"`
 }
 
-// Entry is a listed directory entry.
+// Entry is a listed directory entry. Perm, Uid and Gid are the inode's,
+// set when Owned.
 type Entry struct {
 	Name string `json:"name"`
 	Dentry
+	Perm uint32 `json:"perm,omitempty"`
+	Uid  uint32 `json:"uid,omitempty"`
+	Gid  uint32 `json:"gid,omitempty"`
 }
 
 type session struct {

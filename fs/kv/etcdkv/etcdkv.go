@@ -58,7 +58,26 @@ type Options struct {
 	// certificate proves membership to an etcd that requires one).
 	// Default nil: plaintext.
 	TLS *tls.Config
+	// Reads says how a transaction's first read (the one that fixes its
+	// read revision) is served: ReadsAuto (the default) serves it from the
+	// member's own state (serializable) when the cluster has exactly one
+	// member at Open, and through raft (linearizable) otherwise;
+	// ReadsLinearizable and ReadsSerializable force one or the other.
+	// With one member both are equally fresh: a write is acknowledged only
+	// after that member applied it, so a serializable read sees every
+	// acknowledged write, without the read-index round trip.
+	Reads ReadMode
 }
+
+// ReadMode chooses how a transaction's first read is served (Options.Reads).
+type ReadMode int
+
+// Read modes.
+const (
+	ReadsAuto ReadMode = iota
+	ReadsLinearizable
+	ReadsSerializable
+)
 
 // Validate fills defaults and rejects nonsense.
 func (o *Options) Validate() error {
@@ -79,10 +98,12 @@ func (o *Options) Validate() error {
 
 // Store is a kv.Store on etcd.
 type Store struct {
-	opts    Options
-	client  *clientv3.Client
-	kv      clientv3.KV
-	onClose func() // stops an owned embedded server; may be nil
+	opts Options
+	// serializable: first reads skip the read index (see Options.Reads).
+	serializable bool
+	client       *clientv3.Client
+	kv           clientv3.KV
+	onClose      func() // stops an owned embedded server; may be nil
 }
 
 var _ kv.Store = (*Store)(nil)
@@ -121,8 +142,21 @@ func Open(ctx context.Context, endpoints []string, opts Options) (*Store, error)
 		c.Close()
 		return nil, fmt.Errorf("%w: etcdkv: %v: %v", kv.ErrUnavailable, endpoints, err)
 	}
-	return &Store{opts: opts, client: c, kv: namespace.NewKV(c.KV, opts.Prefix)}, nil
+	st := &Store{opts: opts, client: c, kv: namespace.NewKV(c.KV, opts.Prefix)}
+	switch opts.Reads {
+	case ReadsSerializable:
+		st.serializable = true
+	case ReadsAuto:
+		if ml, err := c.MemberList(sctx); err == nil && len(ml.Members) == 1 {
+			st.serializable = true
+		}
+	}
+	return st, nil
 }
+
+// Serializable reports whether transactions' first reads are served from
+// the member's own state (Options.Reads).
+func (s *Store) Serializable() bool { return s.serializable }
 
 // Client is the underlying etcd client (for tests and tools).
 func (s *Store) Client() *clientv3.Client { return s.client }
@@ -295,12 +329,16 @@ func (t *txn) rangeRead(ctx context.Context, begin, end []byte, limit int, confl
 }
 
 // read is a Get at the transaction's read revision. The first read of a
-// transaction is linearizable and fixes the revision; later reads at that
+// transaction is linearizable (serializable on a one-member cluster, see
+// Options.Reads) and fixes the revision; later reads at that
 // revision are served from the member's local MVCC snapshot (serializable:
 // a revision's contents never change), falling back to a linearizable read
 // if that member has not applied the revision yet.
 func (t *txn) read(ctx context.Context, key string, opts ...clientv3.OpOption) (*clientv3.GetResponse, error) {
 	if t.rev == 0 {
+		if t.s.serializable {
+			opts = append(opts, clientv3.WithSerializable())
+		}
 		return t.s.kv.Get(ctx, key, opts...)
 	}
 	opts = append(opts, clientv3.WithRev(t.rev))

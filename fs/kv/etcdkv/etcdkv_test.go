@@ -3,6 +3,7 @@ package etcdkv
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -18,7 +19,33 @@ func TestConformanceEmbedded(t *testing.T) {
 	}
 	defer s.Close()
 	t.Logf("embedded etcd at %s", srv.Endpoint())
+	if !s.Serializable() {
+		t.Error("a store on a one-member etcd does not serve first reads serializably")
+	}
 	kvtest.Run(t, s, kvtest.Options{})
+
+	// A second client sees the first one's acknowledged writes at once,
+	// through serializable first reads.
+	s2, err := Open(ctx, []string{srv.Endpoint()}, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s2.Close()
+	for i := range 50 {
+		v := []byte{byte(i)}
+		if err := s.Update(ctx, func(tx kv.Txn) error { tx.Set([]byte("fresh"), v); return nil }); err != nil {
+			t.Fatal(err)
+		}
+		if err := s2.View(ctx, func(tx kv.ReadTxn) error {
+			got, ok, err := tx.Get(ctx, []byte("fresh"))
+			if err == nil && (!ok || got[0] != v[0]) {
+				err = fmt.Errorf("read %v (%v) after a write of %v was acknowledged", got, ok, v)
+			}
+			return err
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
 }
 
 func TestConformanceThreeMembers(t *testing.T) {
@@ -36,6 +63,9 @@ func TestConformanceThreeMembers(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Close()
+	if s.Serializable() {
+		t.Error("a store on a three-member etcd serves first reads serializably")
+	}
 	kvtest.Run(t, s, kvtest.Options{})
 
 	// Lose one member: the majority keeps committing through the same client.
