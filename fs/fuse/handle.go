@@ -73,6 +73,12 @@ func (n *node) Open(_ context.Context, flags uint32) (gofs.FileHandle, uint32, s
 		h := &readHandle{n: n, f: f, opened: time.Now()}
 		if s.opts.ReadAhead > 0 {
 			h.ra = newReadahead(s, f)
+			// A small file is fetched whole now, while the kernel sends
+			// its first READ: training code (np.load, image decoders,
+			// torch.load) reads small files whole but not in order.
+			if size := f.Size(); size > 0 && size <= s.opts.ReadWhole && h.ra.fetchWhole() {
+				s.stats.wholeFiles.Add(1)
+			}
 		}
 		// No FOPEN_KEEP_CACHE: the kernel drops cached pages on open
 		// (close-to-open consistency).

@@ -31,6 +31,15 @@ type readahead struct {
 	streak int                // sequential reads in a row; guarded by mu
 	blocks map[int64]*raBlock // by block offset; guarded by mu
 	closed bool               // guarded by mu
+	// whole: the whole file was fetched at open (Options.ReadWhole); its
+	// blocks stay until the handle is released and serve every read, in
+	// any order. Guarded by mu.
+	whole bool
+	// [keepLo, keepHi) is the window around where the reader was before
+	// its last jump, kept so that coming back finds it (numpy reads the
+	// head of a file, then its tail, then the head again; Parquet readers
+	// the footer, then the columns). Guarded by mu.
+	keepLo, keepHi int64
 	// fetched counts the bytes read ahead, served those returned from
 	// the window. Guarded by mu.
 	fetched, served int64
@@ -89,13 +98,43 @@ func (ra *readahead) result(off int64, n int) (gofuse.ReadResult, bool) {
 	// (the kernel sends the pieces of a large request, and its own
 	// read-ahead, in parallel, so they arrive out of order).
 	near := off <= ra.last+ra.bs && off >= ra.last-ra.bs
-	ra.last = end
+	// The window [first, off+window), shrunk to a fair share of the
+	// mount's read-ahead memory when many handles read ahead at once
+	// (else the first ones take it all and the others read block by
+	// block). A handle holds the window, the block the window starts in
+	// part-way, and the block before: share - 2 blocks.
+	window := ra.window
+	if active := ra.s.raActive.Load(); active > 1 {
+		share := int64(cap(ra.s.raSem)) / active
+		window = min(window, max(1, share-2)*ra.bs)
+	}
 	switch {
+	case ra.whole:
 	case near || inWindow:
 		ra.streak++
 	default:
+		// A jump: random reads start no read-ahead, but the window of a
+		// reader that was sequential is kept, so that one that comes
+		// back (to where it was, or to what it read ahead) resumes with
+		// it. The window kept at the jump before is dropped below.
 		ra.streak = 0
-		for _, b := range ra.blocks {
+		lastFirst := ra.last / ra.bs * ra.bs
+		ra.keepLo, ra.keepHi = lastFirst-ra.bs, ra.last+ra.window
+	}
+	ra.last = end
+	if !ra.whole {
+		// Drop the blocks outside the window, counting one block behind
+		// the read (kernel reads may arrive slightly out of order), and
+		// outside the window kept from before the last jump. (The whole
+		// window, not the fair share: blocks fetched before more handles
+		// shared the memory are used, not thrown away.)
+		for o, b := range ra.blocks {
+			if o+ra.bs > first-ra.bs && o < off+ra.window {
+				continue
+			}
+			if o+ra.bs > ra.keepLo && o < ra.keepHi {
+				continue
+			}
 			ra.dropLocked(b)
 		}
 	}
@@ -103,27 +142,10 @@ func (ra *readahead) result(off int64, n int) (gofuse.ReadResult, bool) {
 	if ra.fetched > 2*ra.window && 2*ra.served < ra.fetched {
 		start = raRestart
 	}
-	fill := ra.streak >= start
+	fill := ra.streak >= start && !ra.whole
 	if !fill && !inWindow {
 		ra.mu.Unlock()
 		return nil, false
-	}
-	// Drop blocks wholly behind the one before this read (kernel reads
-	// may arrive slightly out of order, so keep one behind).
-	for o, b := range ra.blocks {
-		if o+ra.bs <= first-ra.bs {
-			ra.dropLocked(b)
-		}
-	}
-	// Fill the window [first, off+window), the window shrunk to a fair
-	// share of the mount's read-ahead memory when many handles read
-	// ahead at once (else the first ones take it all and the others read
-	// block by block). A handle holds the window, the block the window
-	// starts in part-way, and the block before: share - 2 blocks.
-	window := ra.window
-	if active := ra.s.raActive.Load(); active > 1 {
-		share := int64(cap(ra.s.raSem)) / active
-		window = min(window, max(1, share-2)*ra.bs)
 	}
 	for o := first; fill && o < off+window && o < ra.size; o += ra.bs {
 		if _, ok := ra.blocks[o]; ok {
@@ -176,6 +198,27 @@ func (ra *readahead) result(off int64, n int) (gofuse.ReadResult, bool) {
 		r.slices = append(r.slices, b.buf[lo-b.off:hi-b.off])
 	}
 	return r, true
+}
+
+// fetchWhole starts fetching the whole file into the window, if the
+// mount's read-ahead memory has room for all of it; false if not (then
+// nothing was started).
+func (ra *readahead) fetchWhole() bool {
+	ra.mu.Lock()
+	defer ra.mu.Unlock()
+	need := int((ra.size + ra.bs - 1) / ra.bs)
+	if need == 0 || len(ra.s.raSem)+need > cap(ra.s.raSem) {
+		return false // a racing start may still fail below: then partly
+	}
+	for o := int64(0); o < ra.size; o += ra.bs {
+		if !ra.startLocked(o) {
+			// Memory ran out under a concurrent start: what was started
+			// serves as an ordinary window.
+			return false
+		}
+	}
+	ra.whole = true
+	return true
 }
 
 // raResult is a FUSE read reply made of slices of read-ahead blocks. It
