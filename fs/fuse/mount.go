@@ -169,7 +169,10 @@ type Stats struct {
 	ReadAheadWasted int64 `json:"read_ahead_wasted"`
 	// WholeFiles counts the files fetched whole at open (ReadWhole).
 	WholeFiles int64 `json:"whole_files"`
-	Errors     int64 `json:"errors"` // requests answered with an errno
+	// OpensFromLookup counts the opens that used the answer of the
+	// LOOKUP before them (no metadata round trip of their own).
+	OpensFromLookup int64 `json:"opens_from_lookup"`
+	Errors          int64 `json:"errors"` // requests answered with an errno
 }
 
 // Server is a mounted file system.
@@ -196,7 +199,7 @@ type Server struct {
 	stats struct {
 		reads, readBytes, writes, writeBytes, batches, batchedReads atomic.Int64
 		raHits, raBytes, raWaits, raWaitNanos, raWasted, errors     atomic.Int64
-		wholeFiles                                                  atomic.Int64
+		wholeFiles, openLooked                                      atomic.Int64
 	}
 
 	unmountOnce sync.Once
@@ -340,6 +343,7 @@ func (s *Server) Stats() Stats {
 		ReadAheadWaitSeconds: time.Duration(s.stats.raWaitNanos.Load()).Seconds(),
 		ReadAheadWasted:      s.stats.raWasted.Load(),
 		WholeFiles:           s.stats.wholeFiles.Load(),
+		OpensFromLookup:      s.stats.openLooked.Load(),
 		Errors:               s.stats.errors.Load(),
 	}
 }

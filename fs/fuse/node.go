@@ -62,6 +62,11 @@ type node struct {
 	// epoch counts the starts and ends of releases of the write file (see
 	// describe). Guarded by mu.
 	epoch uint64
+	// looked is what the backend said of the node at its last LOOKUP
+	// (lookedAt), for the OPEN that follows it (see openLooked). Guarded
+	// by mu.
+	looked   fs.FileInfo
+	lookedAt time.Time
 }
 
 var (
@@ -332,6 +337,9 @@ func (n *node) Lookup(_ context.Context, name string, out *gofuse.EntryOut) (*go
 		return nil, n.srv.errno(err)
 	}
 	child := n.newChild(ctx, name, st.IsDir)
+	if cn, ok := child.Operations().(*node); ok && !st.IsDir {
+		cn.lookedUp(st)
+	}
 	if cn, ok := child.Operations().(*node); ok && cn != known {
 		// A file this mount is writing: its open handle has the length.
 		st = cn.report(st)
