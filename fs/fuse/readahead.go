@@ -35,6 +35,10 @@ type readahead struct {
 	// blocks stay until the handle is released and serve every read, in
 	// any order. Guarded by mu.
 	whole bool
+	// wholeTokens are the raSem tokens a whole-file fetch took (one per
+	// ReadAheadBlock of the file, as the window's blocks take), given
+	// back when the last of its blocks, wholeLive, is freed. Guarded by mu.
+	wholeTokens, wholeLive int
 	// [keepLo, keepHi) is the window around where the reader was before
 	// its last jump, kept so that coming back finds it (numpy reads the
 	// head of a file, then its tail, then the head again; Parquet readers
@@ -68,6 +72,7 @@ type raBlock struct {
 	used    bool // served a read; guarded by readahead.mu
 	dropped bool // guarded by readahead.mu
 	readers int  // readers copying out; guarded by readahead.mu
+	token   bool // holds a token of Server.raSem (else its whole-file fetch does)
 }
 
 func newReadahead(s *Server, f fs.File) *readahead {
@@ -151,7 +156,7 @@ func (ra *readahead) result(off int64, n int) (gofuse.ReadResult, bool) {
 		if _, ok := ra.blocks[o]; ok {
 			continue
 		}
-		if !ra.startLocked(o) {
+		if !ra.startLocked(o, true) {
 			break // no memory left for read-ahead: read what we have
 		}
 	}
@@ -207,17 +212,25 @@ func (ra *readahead) fetchWhole() bool {
 	ra.mu.Lock()
 	defer ra.mu.Unlock()
 	need := int((ra.size + ra.bs - 1) / ra.bs)
-	if need == 0 || len(ra.s.raSem)+need > cap(ra.s.raSem) {
-		return false // a racing start may still fail below: then partly
-	}
-	for o := int64(0); o < ra.size; o += ra.bs {
-		if !ra.startLocked(o) {
-			// Memory ran out under a concurrent start: what was started
-			// serves as an ordinary window.
+	for i := range need {
+		select {
+		case ra.s.raSem <- struct{}{}:
+		default:
+			for range i {
+				<-ra.s.raSem
+			}
 			return false
 		}
 	}
+	ra.wholeTokens = need
 	ra.whole = true
+	// Fetched in pieces of one FUSE request, all at once: the first read
+	// waits for its own piece only, not for the whole file.
+	ra.bs = int64(min(ra.s.opts.ReadAheadBlock, ra.s.opts.MaxRequest))
+	for o := int64(0); o < ra.size; o += ra.bs {
+		ra.startLocked(o, false)
+		ra.wholeLive++
+	}
 	return true
 }
 
@@ -267,17 +280,20 @@ func (ra *readahead) release(blocks []*raBlock, dropFailed bool) {
 	}
 }
 
-// startLocked starts fetching the block at off; false if the mount's
-// read-ahead memory is used up.
-func (ra *readahead) startLocked(off int64) bool {
-	select {
-	case ra.s.raSem <- struct{}{}:
-	default:
-		return false
+// startLocked starts fetching the block at off, taking a token of the
+// mount's read-ahead memory if token is set (a whole-file fetch took its
+// tokens already); false if that memory is used up.
+func (ra *readahead) startLocked(off int64, token bool) bool {
+	if token {
+		select {
+		case ra.s.raSem <- struct{}{}:
+		default:
+			return false
+		}
 	}
 	n := min(ra.bs, ra.size-off)
 	buf := getBlock(int(ra.bs))[:n]
-	b := &raBlock{off: off, buf: buf, done: make(chan struct{})}
+	b := &raBlock{off: off, buf: buf, done: make(chan struct{}), token: token}
 	if len(ra.blocks) == 0 {
 		ra.s.raActive.Add(1)
 	}
@@ -321,7 +337,16 @@ func (ra *readahead) maybeFreeLocked(b *raBlock) {
 	}
 	putBlock(b.buf)
 	b.buf = nil
-	<-ra.s.raSem
+	if b.token {
+		<-ra.s.raSem
+		return
+	}
+	if ra.wholeLive--; ra.wholeLive == 0 {
+		for range ra.wholeTokens {
+			<-ra.s.raSem
+		}
+		ra.wholeTokens = 0
+	}
 }
 
 // close cancels the fetches in flight and frees the window.
