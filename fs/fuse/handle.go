@@ -78,8 +78,10 @@ func (n *node) Open(_ context.Context, flags uint32) (gofs.FileHandle, uint32, s
 			h.ra = newReadahead(s, f)
 			// A small file is fetched whole now, while the kernel sends
 			// its first READ: training code (np.load, image decoders,
-			// torch.load) reads small files whole but not in order.
-			if size := f.Size(); size > 0 && size <= s.opts.ReadWhole && h.ra.fetchWhole() {
+			// torch.load) reads small files whole but not in order. Not
+			// for a reader that opened with O_DIRECT: it chose its I/O.
+			size := f.Size()
+			if flags&syscall.O_DIRECT == 0 && size > 0 && size <= s.opts.ReadWhole && h.ra.fetchWhole() {
 				s.stats.wholeFiles.Add(1)
 			}
 		}
