@@ -128,7 +128,7 @@ func (n *node) lookedUp(st fs.FileInfo) {
 		return
 	}
 	n.mu.Lock()
-	n.looked, n.lookedAt = st, time.Now()
+	n.looked, n.lookedAt, n.lookedEpoch = st, time.Now(), n.epoch
 	n.mu.Unlock()
 }
 
@@ -143,9 +143,12 @@ func (n *node) openLooked(p string, o fs.OpenOptions) (fs.File, bool) {
 	}
 	n.mu.Lock()
 	st, at := n.looked, n.lookedAt
+	// A write file opened, written or closed through this mount since
+	// the LOOKUP makes its answer stale.
+	stale := n.lookedEpoch != n.epoch || n.wf != nil || n.seq != nil
 	n.looked, n.lookedAt = fs.FileInfo{}, time.Time{}
 	n.mu.Unlock()
-	if at.IsZero() || time.Since(at) > lookedFresh {
+	if stale || at.IsZero() || time.Since(at) > lookedFresh {
 		return nil, false
 	}
 	f, ok := io.OpenInfo(p, st, o)

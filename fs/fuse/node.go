@@ -63,10 +63,12 @@ type node struct {
 	// describe). Guarded by mu.
 	epoch uint64
 	// looked is what the backend said of the node at its last LOOKUP
-	// (lookedAt), for the OPEN that follows it (see openLooked). Guarded
-	// by mu.
-	looked   fs.FileInfo
-	lookedAt time.Time
+	// (at lookedAt, in epoch lookedEpoch), for the OPEN that follows it
+	// (see openLooked); a change through this mount (touch, a release)
+	// voids it. Guarded by mu.
+	looked      fs.FileInfo
+	lookedAt    time.Time
+	lookedEpoch uint64
 }
 
 var (
@@ -485,6 +487,7 @@ func (n *node) waitClosed(ctx context.Context) {
 // own time is reported for changes made without one).
 func (n *node) touch() {
 	n.mu.Lock()
+	n.lookedAt = time.Time{} // a LOOKUP's answer from before is stale
 	if n.wf != nil || n.seq != nil {
 		n.mtime = time.Now()
 	}

@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"syscall"
 	"testing"
+	"time"
 	"unsafe"
 
 	"github.com/ffkit/ffkit/fs/fuse"
@@ -263,4 +264,9 @@ func TestRandomReadWriteCluster(t *testing.T) {
 	if st := srv.Stats(); st.OpensFromLookup == 0 || st.WholeFiles == 0 {
 		t.Errorf("read-only opens: %d from the LOOKUP's answer, %d fetched whole: %+v", st.OpensFromLookup, st.WholeFiles, st)
 	}
+	// With cached names the kernel sends no LOOKUP before most opens: an
+	// open must not use the answer of a LOOKUP from before this mount's
+	// own writes.
+	mnt2, _ := mount(t, c.fs, "/fsx", fuse.Options{AttrTimeout: time.Hour})
+	fsx(t, filepath.Join(mnt2, "g"), filepath.Join(ref, "g"), 8, fsxOps(t, 300))
 }
