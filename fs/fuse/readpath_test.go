@@ -268,5 +268,35 @@ func TestRandomReadWriteCluster(t *testing.T) {
 	// open must not use the answer of a LOOKUP from before this mount's
 	// own writes.
 	mnt2, _ := mount(t, c.fs, "/fsx", fuse.Options{AttrTimeout: time.Hour})
+	old := fusetest.Pattern(60, 1<<20)
+	w, err := c.fs.Create(context.Background(), "/fsx/h")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.Write(old); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	p := filepath.Join(mnt2, "h")
+	if st, err := os.Stat(p); err != nil || st.Size() != int64(len(old)) { // the LOOKUP
+		t.Fatalf("stat: %v, %v", st, err)
+	}
+	more := fusetest.Pattern(61, 1<<20)
+	f, err := os.OpenFile(p, os.O_WRONLY|os.O_APPEND, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.Write(more); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+	got, err := os.ReadFile(p)
+	if want := append(old, more...); err != nil || !bytes.Equal(got, want) {
+		t.Fatalf("read back after an append through the mount: %d bytes (%v), want %d; equal %v", len(got), err, len(want), bytes.Equal(got, want))
+	}
 	fsx(t, filepath.Join(mnt2, "g"), filepath.Join(ref, "g"), 8, fsxOps(t, 300))
 }
