@@ -26,6 +26,7 @@ func newFSMountCmd() *cobra.Command {
 		o                             fuse.Options
 		maxRequest, raWindow, raBlock string
 		consistent                    bool
+		readWhole, kernelRA           string
 	)
 	c := &cobra.Command{
 		Use:   "mount SOURCE MOUNTPOINT",
@@ -52,6 +53,12 @@ short-circuit reads of its chunk files (checked against their block CRCs):
 through the page cache, or with O_DIRECT for files opened with O_DIRECT
 (or every file, with --direct) when the bytes are not cached.
 FFKIT_LOCAL_READS=0 sends them over the connection instead.
+
+Files up to --read-whole are fetched whole when opened for reading and
+served from memory, in whatever order they are read (numpy, image decoders
+and torch.load read the head, the tail, then the head again). Larger files
+read sequentially get a --read-ahead window; a reader that jumps (to a
+footer, say) and comes back finds its window still there.
 
 A call into the storage that takes longer than --timeout fails with
 ETIMEDOUT, so a mount whose cluster went away returns errors instead of
@@ -81,6 +88,20 @@ hanging its callers.`,
 			}
 			if o.ReadAhead == 0 {
 				o.ReadAhead = -1 // 0 on the command line means off
+			}
+			whole, err := parseIntSize("--read-whole", readWhole)
+			if err != nil {
+				return err
+			}
+			o.ReadWhole = int64(whole)
+			if o.ReadWhole == 0 {
+				o.ReadWhole = -1
+			}
+			if o.KernelReadAhead, err = parseIntSize("--kernel-read-ahead", kernelRA); err != nil {
+				return err
+			}
+			if o.KernelReadAhead == 0 {
+				o.KernelReadAhead = -1 // the kernel's default
 			}
 			if err := o.Validate(); err != nil {
 				return usageError{err}
@@ -127,6 +148,8 @@ hanging its callers.`,
 	f.StringVar(&maxRequest, "max-request", "1M", "largest FUSE read/write request (max_read, max_write)")
 	f.StringVar(&raWindow, "read-ahead", "32M", "read-ahead window of a file read sequentially (0: off)")
 	f.StringVar(&raBlock, "read-ahead-block", "4M", "size of each read-ahead read (several run in parallel)")
+	f.StringVar(&readWhole, "read-whole", "16M", "fetch files up to this size whole when they are opened for reading, and serve their reads from memory (0: off)")
+	f.StringVar(&kernelRA, "kernel-read-ahead", "4M", "the kernel's read-ahead for the mount (its read_ahead_kb; needs root; 0: the kernel's default)")
 	f.IntVar(&o.MaxBackground, "max-background", 256, "asynchronous requests the kernel keeps in flight")
 	f.IntVar(&o.MaxBatch, "max-batch", 128, "most concurrent reads gathered into one batched storage read")
 	f.BoolVar(&o.Direct, "direct", false, "read every file with O_DIRECT where supported (cold reads; files opened with O_DIRECT are read so anyway)")

@@ -202,7 +202,9 @@ func (f *FS) Stat(ctx context.Context, name string) (fs.FileInfo, error) {
 	if err != nil {
 		return fs.FileInfo{}, wrap("stat", f.String()+p, err)
 	}
-	return info(p, n), nil
+	fi := info(p, n)
+	fi.Sys = n // for OpenInfo
+	return fi, nil
 }
 
 // List lists a directory, sorted by name.
@@ -256,6 +258,18 @@ func (f *FS) Open(ctx context.Context, name string, opts fs.OpenOptions) (fs.Fil
 		return nil, errkind.Wrap(errkind.Data, fmt.Errorf("open %s%s: inode %d has no layout", f.String(), p, n.ID))
 	}
 	return &file{fs: f, name: name, inode: n, direct: opts.Direct}, nil
+}
+
+var _ fs.InfoOpener = (*FS)(nil)
+
+// OpenInfo opens the file a Stat of this FS described, with no round trip:
+// the inode (its layout and length) is the one that Stat returned.
+func (f *FS) OpenInfo(name string, fi fs.FileInfo, opts fs.OpenOptions) (fs.File, bool) {
+	n, ok := fi.Sys.(*meta.Inode)
+	if !ok || n.IsDir() || n.Layout == nil || len(n.Layout.Chains) == 0 || n.Layout.ChunkSize <= 0 {
+		return nil, false
+	}
+	return &file{fs: f, name: name, inode: n, direct: opts.Direct}, true
 }
 
 type file struct {

@@ -66,13 +66,24 @@ func (n *node) Open(_ context.Context, flags uint32) (gofs.FileHandle, uint32, s
 		// A reader that opened with O_DIRECT bypasses the page cache below
 		// us too (the backend's cold reads, fs.OpenOptions.Direct).
 		direct := s.opts.Direct || flags&syscall.O_DIRECT != 0
-		f, err := s.backend.Open(ctx, p, fs.OpenOptions{Direct: direct})
-		if err != nil {
-			return nil, 0, s.errno(err)
+		f, ok := n.openLooked(p, fs.OpenOptions{Direct: direct})
+		if !ok {
+			var err error
+			if f, err = s.backend.Open(ctx, p, fs.OpenOptions{Direct: direct}); err != nil {
+				return nil, 0, s.errno(err)
+			}
 		}
 		h := &readHandle{n: n, f: f, opened: time.Now()}
 		if s.opts.ReadAhead > 0 {
 			h.ra = newReadahead(s, f)
+			// A small file is fetched whole now, while the kernel sends
+			// its first READ: training code (np.load, image decoders,
+			// torch.load) reads small files whole but not in order. Not
+			// for a reader that opened with O_DIRECT: it chose its I/O.
+			size := f.Size()
+			if flags&syscall.O_DIRECT == 0 && size > 0 && size <= s.opts.ReadWhole && h.ra.fetchWhole() {
+				s.stats.wholeFiles.Add(1)
+			}
 		}
 		// No FOPEN_KEEP_CACHE: the kernel drops cached pages on open
 		// (close-to-open consistency).
@@ -101,6 +112,50 @@ func (n *node) Open(_ context.Context, flags uint32) (gofs.FileHandle, uint32, s
 		return nil, 0, errno
 	}
 	return &writeHandle{n: n, wf: wf, writable: write}, gofuse.FOPEN_PARALLEL_DIRECT_WRITES, 0
+}
+
+// lookedFresh bounds the age of a LOOKUP's answer that an OPEN may use.
+// The kernel looks every component of a path up again before an open
+// (entry timeouts are 0, or the user chose staler names), so the answer
+// is normally a few microseconds old; an open that had no LOOKUP of its
+// own (a reopen through /proc/self/fd) may see a file as it was this long
+// ago.
+const lookedFresh = time.Second
+
+// lookedUp records what a LOOKUP found, for the OPEN that follows.
+func (n *node) lookedUp(st fs.FileInfo) {
+	if st.Sys == nil {
+		return
+	}
+	n.mu.Lock()
+	n.looked, n.lookedAt, n.lookedEpoch = st, time.Now(), n.epoch
+	n.mu.Unlock()
+}
+
+// openLooked opens the file from its last LOOKUP's answer, if the backend
+// can (fs.InfoOpener) and the answer is fresh: an open then costs the
+// cluster one metadata round trip (the LOOKUP's), not two. Each answer
+// serves one open.
+func (n *node) openLooked(p string, o fs.OpenOptions) (fs.File, bool) {
+	io, ok := n.srv.backend.(fs.InfoOpener)
+	if !ok {
+		return nil, false
+	}
+	n.mu.Lock()
+	st, at := n.looked, n.lookedAt
+	// A write file opened, written or closed through this mount since
+	// the LOOKUP makes its answer stale.
+	stale := n.lookedEpoch != n.epoch || n.wf != nil || n.seq != nil
+	n.looked, n.lookedAt = fs.FileInfo{}, time.Time{}
+	n.mu.Unlock()
+	if stale || at.IsZero() || time.Since(at) > lookedFresh {
+		return nil, false
+	}
+	f, ok := io.OpenInfo(p, st, o)
+	if ok {
+		n.srv.stats.openLooked.Add(1)
+	}
+	return f, ok
 }
 
 // acquireWrite returns the node's shared write file, opening it if this is

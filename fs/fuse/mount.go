@@ -16,6 +16,7 @@ import (
 
 	gofs "github.com/hanwen/go-fuse/v2/fs"
 	gofuse "github.com/hanwen/go-fuse/v2/fuse"
+	"golang.org/x/sys/unix"
 
 	"github.com/ffkit/ffkit/fs"
 	"github.com/ffkit/ffkit/internal/errkind"
@@ -63,6 +64,20 @@ type Options struct {
 	// ReadAheadMemory bounds the memory of all read-ahead windows.
 	// Default 256 MiB.
 	ReadAheadMemory int64
+	// ReadWhole: a file of at most this many bytes opened for reading is
+	// fetched whole at open (in ReadAheadBlock-sized reads, in parallel)
+	// and its reads, in any order, are served from memory until it is
+	// closed. The memory comes from ReadAheadMemory: when it is used up,
+	// files are read as usual. Default 16 MiB; negative disables it (so
+	// does disabling read-ahead).
+	ReadWhole int64
+	// KernelReadAhead is the kernel's read-ahead for the mount (its BDI's
+	// read_ahead_kb, set after mounting; needs root or a writable
+	// /sys/class/bdi). The kernel then asks for the next bytes of a file
+	// read through the page cache in parallel MaxRequest-sized reads,
+	// before the reader needs them. Default 4 MiB; negative leaves the
+	// kernel's default (128 KiB).
+	KernelReadAhead int
 	// WriteBuffer is the write-behind window of a file open for writing:
 	// writes inside an aligned window of this size are gathered and stored
 	// as one write when the writer moves on (see writeBuffer). Default
@@ -119,6 +134,12 @@ func (o *Options) setDefaults() {
 	if o.ReadAheadMemory <= 0 {
 		o.ReadAheadMemory = 256 << 20
 	}
+	if o.ReadWhole == 0 {
+		o.ReadWhole = 16 << 20
+	}
+	if o.KernelReadAhead == 0 {
+		o.KernelReadAhead = 4 << 20
+	}
 	if o.Logger == nil {
 		o.Logger = log.New(os.Stderr, "ffkit fuse: ", log.LstdFlags)
 	}
@@ -150,6 +171,11 @@ type Stats struct {
 	// ReadAheadWasted counts read-ahead blocks dropped unread (before the
 	// file was closed).
 	ReadAheadWasted int64 `json:"read_ahead_wasted"`
+	// WholeFiles counts the files fetched whole at open (ReadWhole).
+	WholeFiles int64 `json:"whole_files"`
+	// OpensFromLookup counts the opens that used the answer of the
+	// LOOKUP before them (no metadata round trip of their own).
+	OpensFromLookup int64 `json:"opens_from_lookup"`
 	Errors          int64 `json:"errors"` // requests answered with an errno
 	// MetaCache counts the metadata cache's answers (Options.AttrTimeout).
 	MetaCache MetaCacheStats `json:"meta_cache"`
@@ -181,6 +207,7 @@ type Server struct {
 	stats struct {
 		reads, readBytes, writes, writeBytes, batches, batchedReads atomic.Int64
 		raHits, raBytes, raWaits, raWaitNanos, raWasted, errors     atomic.Int64
+		wholeFiles, openLooked                                      atomic.Int64
 	}
 
 	unmountOnce sync.Once
@@ -288,7 +315,28 @@ func Mount(backend fs.FS, root, mountpoint string, opts Options) (*Server, error
 		s.wg.Wait()
 		return nil, fmt.Errorf("%w: %s: %w", ErrMount, mountpoint, err)
 	}
+	if opts.KernelReadAhead > 0 {
+		if err := setKernelReadAhead(mountpoint, opts.KernelReadAhead); err != nil && opts.Debug {
+			opts.Logger.Printf("kernel read-ahead stays the kernel's default: %v", err)
+		}
+	}
 	return s, nil
+}
+
+// setKernelReadAhead sets the read_ahead_kb of the mount's backing device
+// (a FUSE mount has its own, named by its anonymous device number). The
+// kernel starts a FUSE mount at min(128 KiB, max_readahead): too little
+// for a reader of whole files to find its next bytes already asked for.
+func setKernelReadAhead(mountpoint string, bytes int) error {
+	var st unix.Stat_t
+	if err := unix.Stat(mountpoint, &st); err != nil {
+		return fmt.Errorf("stat %s: %w", mountpoint, err)
+	}
+	p := fmt.Sprintf("/sys/class/bdi/%d:%d/read_ahead_kb", unix.Major(st.Dev), unix.Minor(st.Dev))
+	if err := os.WriteFile(p, []byte(fmt.Sprintf("%d\n", max(bytes/1024, 4))), 0); err != nil {
+		return fmt.Errorf("set %s: %w", p, err)
+	}
+	return nil
 }
 
 // Mountpoint is where the file system is mounted.
@@ -304,6 +352,8 @@ func (s *Server) Stats() Stats {
 		ReadAheadWaits:       s.stats.raWaits.Load(),
 		ReadAheadWaitSeconds: time.Duration(s.stats.raWaitNanos.Load()).Seconds(),
 		ReadAheadWasted:      s.stats.raWasted.Load(),
+		WholeFiles:           s.stats.wholeFiles.Load(),
+		OpensFromLookup:      s.stats.openLooked.Load(),
 		Errors:               s.stats.errors.Load(),
 		MetaCache:            s.mc.stats(),
 	}

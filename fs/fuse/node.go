@@ -62,6 +62,13 @@ type node struct {
 	// epoch counts the starts and ends of releases of the write file (see
 	// describe). Guarded by mu.
 	epoch uint64
+	// looked is what the backend said of the node at its last LOOKUP
+	// (at lookedAt, in epoch lookedEpoch), for the OPEN that follows it
+	// (see openLooked); a change through this mount (touch, a release)
+	// voids it. Guarded by mu.
+	looked      fs.FileInfo
+	lookedAt    time.Time
+	lookedEpoch uint64
 }
 
 var (
@@ -333,6 +340,9 @@ func (n *node) Lookup(_ context.Context, name string, out *gofuse.EntryOut) (*go
 		return nil, n.srv.errno(err)
 	}
 	child := n.newChild(ctx, name, st.IsDir)
+	if cn, ok := child.Operations().(*node); ok && !st.IsDir {
+		cn.lookedUp(st)
+	}
 	if cn, ok := child.Operations().(*node); ok && cn != known {
 		// A file this mount is writing: its open handle has the length.
 		st = cn.report(st)
@@ -479,6 +489,7 @@ func (n *node) waitClosed(ctx context.Context) {
 // own time is reported for changes made without one).
 func (n *node) touch() {
 	n.mu.Lock()
+	n.lookedAt = time.Time{} // a LOOKUP's answer from before is stale
 	if n.wf != nil || n.seq != nil {
 		n.mtime = time.Now()
 	}

@@ -31,6 +31,19 @@ type readahead struct {
 	streak int                // sequential reads in a row; guarded by mu
 	blocks map[int64]*raBlock // by block offset; guarded by mu
 	closed bool               // guarded by mu
+	// whole: the whole file was fetched at open (Options.ReadWhole); its
+	// blocks stay until the handle is released and serve every read, in
+	// any order. Guarded by mu.
+	whole bool
+	// wholeTokens are the raSem tokens a whole-file fetch took (one per
+	// ReadAheadBlock of the file, as the window's blocks take), given
+	// back when the last of its blocks, wholeLive, is freed. Guarded by mu.
+	wholeTokens, wholeLive int
+	// [keepLo, keepHi) is the window around where the reader was before
+	// its last jump, kept so that coming back finds it (numpy reads the
+	// head of a file, then its tail, then the head again; Parquet readers
+	// the footer, then the columns). Guarded by mu.
+	keepLo, keepHi int64
 	// fetched counts the bytes read ahead, served those returned from
 	// the window. Guarded by mu.
 	fetched, served int64
@@ -59,6 +72,7 @@ type raBlock struct {
 	used    bool // served a read; guarded by readahead.mu
 	dropped bool // guarded by readahead.mu
 	readers int  // readers copying out; guarded by readahead.mu
+	token   bool // holds a token of Server.raSem (else its whole-file fetch does)
 }
 
 func newReadahead(s *Server, f fs.File) *readahead {
@@ -89,13 +103,43 @@ func (ra *readahead) result(off int64, n int) (gofuse.ReadResult, bool) {
 	// (the kernel sends the pieces of a large request, and its own
 	// read-ahead, in parallel, so they arrive out of order).
 	near := off <= ra.last+ra.bs && off >= ra.last-ra.bs
-	ra.last = end
+	// The window [first, off+window), shrunk to a fair share of the
+	// mount's read-ahead memory when many handles read ahead at once
+	// (else the first ones take it all and the others read block by
+	// block). A handle holds the window, the block the window starts in
+	// part-way, and the block before: share - 2 blocks.
+	window := ra.window
+	if active := ra.s.raActive.Load(); active > 1 {
+		share := int64(cap(ra.s.raSem)) / active
+		window = min(window, max(1, share-2)*ra.bs)
+	}
 	switch {
+	case ra.whole:
 	case near || inWindow:
 		ra.streak++
 	default:
+		// A jump: random reads start no read-ahead, but the window of a
+		// reader that was sequential is kept, so that one that comes
+		// back (to where it was, or to what it read ahead) resumes with
+		// it. The window kept at the jump before is dropped below.
 		ra.streak = 0
-		for _, b := range ra.blocks {
+		lastFirst := ra.last / ra.bs * ra.bs
+		ra.keepLo, ra.keepHi = lastFirst-ra.bs, ra.last+ra.window
+	}
+	ra.last = end
+	if !ra.whole {
+		// Drop the blocks outside the window, counting one block behind
+		// the read (kernel reads may arrive slightly out of order), and
+		// outside the window kept from before the last jump. (The whole
+		// window, not the fair share: blocks fetched before more handles
+		// shared the memory are used, not thrown away.)
+		for o, b := range ra.blocks {
+			if o+ra.bs > first-ra.bs && o < off+ra.window {
+				continue
+			}
+			if o+ra.bs > ra.keepLo && o < ra.keepHi {
+				continue
+			}
 			ra.dropLocked(b)
 		}
 	}
@@ -103,33 +147,16 @@ func (ra *readahead) result(off int64, n int) (gofuse.ReadResult, bool) {
 	if ra.fetched > 2*ra.window && 2*ra.served < ra.fetched {
 		start = raRestart
 	}
-	fill := ra.streak >= start
+	fill := ra.streak >= start && !ra.whole
 	if !fill && !inWindow {
 		ra.mu.Unlock()
 		return nil, false
-	}
-	// Drop blocks wholly behind the one before this read (kernel reads
-	// may arrive slightly out of order, so keep one behind).
-	for o, b := range ra.blocks {
-		if o+ra.bs <= first-ra.bs {
-			ra.dropLocked(b)
-		}
-	}
-	// Fill the window [first, off+window), the window shrunk to a fair
-	// share of the mount's read-ahead memory when many handles read
-	// ahead at once (else the first ones take it all and the others read
-	// block by block). A handle holds the window, the block the window
-	// starts in part-way, and the block before: share - 2 blocks.
-	window := ra.window
-	if active := ra.s.raActive.Load(); active > 1 {
-		share := int64(cap(ra.s.raSem)) / active
-		window = min(window, max(1, share-2)*ra.bs)
 	}
 	for o := first; fill && o < off+window && o < ra.size; o += ra.bs {
 		if _, ok := ra.blocks[o]; ok {
 			continue
 		}
-		if !ra.startLocked(o) {
+		if !ra.startLocked(o, true) {
 			break // no memory left for read-ahead: read what we have
 		}
 	}
@@ -178,6 +205,35 @@ func (ra *readahead) result(off int64, n int) (gofuse.ReadResult, bool) {
 	return r, true
 }
 
+// fetchWhole starts fetching the whole file into the window, if the
+// mount's read-ahead memory has room for all of it; false if not (then
+// nothing was started).
+func (ra *readahead) fetchWhole() bool {
+	ra.mu.Lock()
+	defer ra.mu.Unlock()
+	need := int((ra.size + ra.bs - 1) / ra.bs)
+	for i := range need {
+		select {
+		case ra.s.raSem <- struct{}{}:
+		default:
+			for range i {
+				<-ra.s.raSem
+			}
+			return false
+		}
+	}
+	ra.wholeTokens = need
+	ra.whole = true
+	// Fetched in pieces of one FUSE request, all at once: the first read
+	// waits for its own piece only, not for the whole file.
+	ra.bs = int64(min(ra.s.opts.ReadAheadBlock, ra.s.opts.MaxRequest))
+	for o := int64(0); o < ra.size; o += ra.bs {
+		ra.startLocked(o, false)
+		ra.wholeLive++
+	}
+	return true
+}
+
 // raResult is a FUSE read reply made of slices of read-ahead blocks. It
 // implements go-fuse's vectored result (Slices), so the reply is written
 // with writev straight from the blocks, which are released by Done.
@@ -224,17 +280,20 @@ func (ra *readahead) release(blocks []*raBlock, dropFailed bool) {
 	}
 }
 
-// startLocked starts fetching the block at off; false if the mount's
-// read-ahead memory is used up.
-func (ra *readahead) startLocked(off int64) bool {
-	select {
-	case ra.s.raSem <- struct{}{}:
-	default:
-		return false
+// startLocked starts fetching the block at off, taking a token of the
+// mount's read-ahead memory if token is set (a whole-file fetch took its
+// tokens already); false if that memory is used up.
+func (ra *readahead) startLocked(off int64, token bool) bool {
+	if token {
+		select {
+		case ra.s.raSem <- struct{}{}:
+		default:
+			return false
+		}
 	}
 	n := min(ra.bs, ra.size-off)
 	buf := getBlock(int(ra.bs))[:n]
-	b := &raBlock{off: off, buf: buf, done: make(chan struct{})}
+	b := &raBlock{off: off, buf: buf, done: make(chan struct{}), token: token}
 	if len(ra.blocks) == 0 {
 		ra.s.raActive.Add(1)
 	}
@@ -278,7 +337,16 @@ func (ra *readahead) maybeFreeLocked(b *raBlock) {
 	}
 	putBlock(b.buf)
 	b.buf = nil
-	<-ra.s.raSem
+	if b.token {
+		<-ra.s.raSem
+		return
+	}
+	if ra.wholeLive--; ra.wholeLive == 0 {
+		for range ra.wholeTokens {
+			<-ra.s.raSem
+		}
+		ra.wholeTokens = 0
+	}
 }
 
 // close cancels the fetches in flight and frees the window.
