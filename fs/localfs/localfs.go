@@ -1,7 +1,8 @@
 // Package localfs implements fs.FS on the local file system.
 //
-// ReadBatch submits its reads through io_uring (uring.go) where the kernel
-// allows it, and otherwise runs parallel preads.
+// ReadBatch serves what the page cache holds with preadv2(RWF_NOWAIT) on
+// the calling goroutine (nowait.go), and submits the rest through io_uring
+// (uring.go) where the kernel allows it, and otherwise runs parallel preads.
 //
 // Reads with OpenOptions.Direct use O_DIRECT: the page cache is bypassed and
 // every pread is widened to 4 KiB alignment through a pooled bounce buffer,
@@ -45,6 +46,9 @@ type FS struct {
 	// NoURing makes ReadBatch use parallel preads instead of io_uring
 	// (also set for every FS by FFKIT_NO_IOURING=1), for comparisons.
 	NoURing bool
+	// NoNowait skips the page-cache probe (nowait.go) that serves cached
+	// reads without io_uring (also set for every FS by FFKIT_NO_NOWAIT=1).
+	NoNowait bool
 }
 
 var noURingEnv = os.Getenv("FFKIT_NO_IOURING") == "1"
@@ -220,6 +224,11 @@ func (l *FS) ReadBatchBudget(ctx context.Context, reqs []fs.ReadRequest, par int
 	}
 	if par <= 0 {
 		par = 64
+	}
+	if !l.NoNowait {
+		if reqs = serveCached(reqs); len(reqs) == 0 {
+			return nil
+		}
 	}
 	if !l.NoURing && uringOK() && !noURingEnv {
 		if files, ok := uringEligible(reqs); ok {
