@@ -49,6 +49,9 @@ type FS struct {
 	// NoNowait skips the page-cache probe (nowait.go) that serves cached
 	// reads without io_uring (also set for every FS by FFKIT_NO_NOWAIT=1).
 	NoNowait bool
+	// Mmap serves cached pages by copies from a mapping of the file
+	// (mmap.go; also set for every FS by FFKIT_MMAP=1). Default off.
+	Mmap bool
 }
 
 var noURingEnv = os.Getenv("FFKIT_NO_IOURING") == "1"
@@ -97,6 +100,7 @@ type File struct {
 	name   string
 	size   int64
 	direct bool
+	m      mapping // buffered files: read-only map of cached pages (mmap.go)
 }
 
 var _ fs.File = (*File)(nil)
@@ -130,7 +134,10 @@ func (l *FS) Open(ctx context.Context, name string, opts fs.OpenOptions) (fs.Fil
 
 func (f *File) Size() int64  { return f.size }
 func (f *File) Name() string { return f.name }
-func (f *File) Close() error { return f.f.Close() }
+func (f *File) Close() error {
+	f.m.unmap()
+	return f.f.Close()
+}
 
 // Fd returns the file descriptor, for callers that submit their own I/O
 // (io_uring). It stays valid until Close.
@@ -225,10 +232,8 @@ func (l *FS) ReadBatchBudget(ctx context.Context, reqs []fs.ReadRequest, par int
 	if par <= 0 {
 		par = 64
 	}
-	if !l.NoNowait {
-		if reqs = serveCached(reqs); len(reqs) == 0 {
-			return nil
-		}
+	if reqs = l.serveCached(reqs); len(reqs) == 0 {
+		return nil
 	}
 	if !l.NoURing && uringOK() && !noURingEnv {
 		if files, ok := uringEligible(reqs); ok {

@@ -6,6 +6,7 @@ import (
 	"os"
 	"sync/atomic"
 	"syscall"
+	"time"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -49,6 +50,10 @@ func ReadCounts() (cached, cachedBytesN, misses int64) {
 	return cachedReads.Load(), cachedBytes.Load(), probeMisses.Load()
 }
 
+// MappedReads reports how many of ReadCounts' cached reads were copies
+// from a mapping (mmap.go) rather than preadv2 calls.
+func MappedReads() int64 { return mappedReads.Load() }
+
 // preadNowait reads into buf at off only from the page cache. It returns
 // the bytes read (possibly fewer than len(buf): the rest is not cached, or
 // the file ends) and the error; EAGAIN means nothing was cached.
@@ -63,25 +68,41 @@ func preadNowait(fd int, buf []byte, off int64) (int, syscall.Errno) {
 	return int(n), 0
 }
 
-// serveCached serves what it can of reqs from the page cache and returns
-// the rest (the unread tails of requests read in part). It returns reqs
-// itself when it probed nothing, and nil when everything was served. The
-// caller's slice is not modified.
-func serveCached(reqs []fs.ReadRequest) []fs.ReadRequest {
-	if noNowaitEnv || nowaitOff.Load() {
+// serveCached serves what it can of reqs from the page cache, by a copy
+// from the file's mapping (mmap.go, when on) or the preadv2 probe, and returns the
+// rest (the unread tails of requests read in part). It returns reqs itself
+// when it served nothing, and nil when it served everything. The caller's
+// slice is not modified.
+func (l *FS) serveCached(reqs []fs.ReadRequest) []fs.ReadRequest {
+	probe := !l.NoNowait && !noNowaitEnv && !nowaitOff.Load()
+	mapped := l.Mmap || mmapEnv
+	if !probe && !mapped {
 		return reqs
 	}
+	EnsureProcs()
+	now := time.Now().UnixNano()
 	var rest []fs.ReadRequest
 	hits, misses := 0, 0
 	for i := range reqs {
 		q := reqs[i]
 		f, ok := q.File.(*File)
-		if !ok || f.direct || len(q.Buf) == 0 || misses-hits >= probeGiveUp || nowaitOff.Load() {
-			rest = append(rest, q)
+		if !ok || f.direct || len(q.Buf) == 0 || q.Off < 0 || q.Off+int64(len(q.Buf)) > f.size {
+			rest = append(rest, q) // ReadFull names a range past the end
 			continue
 		}
-		if q.Off < 0 || q.Off+int64(len(q.Buf)) > f.size {
-			rest = append(rest, q) // ReadFull names the range past the end
+		if mapped {
+			f.m.init(f)
+			f.m.look(now)
+			if f.m.cached(q.Off, len(q.Buf)) && f.m.copyAt(q.Buf, q.Off) {
+				hits++
+				mappedReads.Add(1)
+				cachedReads.Add(1)
+				cachedBytes.Add(int64(len(q.Buf)))
+				continue
+			}
+		}
+		if !probe || misses-hits >= probeGiveUp || nowaitOff.Load() {
+			rest = append(rest, q)
 			continue
 		}
 		n, errno := preadNowait(int(f.f.Fd()), q.Buf, q.Off)

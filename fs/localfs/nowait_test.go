@@ -129,3 +129,64 @@ func TestReadBatchNowait(t *testing.T) {
 		t.Fatalf("read past the end: %v", err)
 	}
 }
+
+// Cached reads of a mapped file are copies from the mapping (no system
+// call); a file cut shorter after the look fails with ErrShortRead instead
+// of crashing the process with SIGBUS; Close unmaps.
+func TestReadBatchMapped(t *testing.T) {
+	ctx := context.Background()
+	p := filepath.Join(t.TempDir(), "data")
+	data := make([]byte, 1<<20)
+	rng := rand.New(rand.NewPCG(11, 12))
+	for i := range data {
+		data[i] = byte(rng.Uint32())
+	}
+	if err := os.WriteFile(p, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	l := &FS{Parallelism: 16, NoNowait: true, Mmap: true} // mapped copies only
+	f, err := l.Open(ctx, p, fs.OpenOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lf := f.(*File)
+	if _, err := f.ReadAt(make([]byte, len(data)), 0); err != nil {
+		t.Fatal(err)
+	}
+	m0 := MappedReads()
+	reqs := make([]fs.ReadRequest, 100)
+	for i := range reqs {
+		off := rng.Int64N(int64(len(data)) - 20000)
+		reqs[i] = fs.ReadRequest{File: f, Off: off, Buf: make([]byte, 1+rng.IntN(20000))}
+	}
+	if err := l.ReadBatchN(ctx, reqs, 8); err != nil {
+		t.Fatal(err)
+	}
+	for i, q := range reqs {
+		if !bytes.Equal(q.Buf, data[q.Off:q.Off+int64(len(q.Buf))]) {
+			t.Fatalf("request %d [%d, +%d) differs", i, q.Off, len(q.Buf))
+		}
+	}
+	if got := MappedReads() - m0; got != 100 {
+		t.Fatalf("%d of 100 warm reads were copies from the mapping", got)
+	}
+
+	// Cut the file: the last look still says the tail is cached, the copy
+	// faults, and the read falls through to ReadFull's error.
+	if err := os.Truncate(p, 4096); err != nil {
+		t.Fatal(err)
+	}
+	if !lf.m.cached(int64(len(data))-8192, 4096) {
+		t.Fatal("the look was refreshed before the test could read a cut page")
+	}
+	bad := []fs.ReadRequest{{File: f, Off: int64(len(data)) - 8192, Buf: make([]byte, 4096)}}
+	if err := l.ReadBatchN(ctx, bad, 4); !errors.Is(err, fs.ErrShortRead) {
+		t.Fatalf("read of a cut page: %v, want ErrShortRead", err)
+	}
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if lf.m.data != nil {
+		t.Fatal("Close left the mapping")
+	}
+}
