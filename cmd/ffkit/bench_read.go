@@ -57,7 +57,7 @@ type benchReadResult struct {
 	CPUMicrosPerSample         float64 `json:"cpu_us_per_sample"`
 	BaselineCPUMicrosPerSample float64 `json:"baseline_cpu_us_per_sample"`
 	CPURatio                   float64 `json:"cpu_ratio,omitempty"`
-	Verify     bool   `json:"verify"`
+	Verify                     bool    `json:"verify"`
 	// ffkit: ReadBatch of random batches
 	SamplesPerSec float64       `json:"samples_per_s"`
 	MiBPerSec     float64       `json:"mib_s"`

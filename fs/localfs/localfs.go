@@ -225,6 +225,8 @@ func (l *FS) ReadBatchN(ctx context.Context, reqs []fs.ReadRequest, par int) err
 // ReadBatchBudget is ReadBatchN whose reads also hold budget's tokens while
 // in flight, so that concurrent calls sharing budget keep at most its bound
 // in flight in all (see fs.Budget). A nil budget bounds nothing.
+// Reads served from the page cache (nowait.go) take no token: they are
+// copies on the calling goroutine, never in the device's queue.
 func (l *FS) ReadBatchBudget(ctx context.Context, reqs []fs.ReadRequest, par int, budget *fs.Budget) error {
 	if len(reqs) == 0 {
 		return nil
