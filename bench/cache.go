@@ -3,6 +3,7 @@ package bench
 import (
 	"errors"
 	"fmt"
+	"io"
 	"os"
 
 	"golang.org/x/sys/unix"
@@ -21,6 +22,8 @@ const (
 	CacheEvicted CacheState = "cold (files evicted from the page cache)"
 	// CacheWarm: nothing was done; reads may come from memory.
 	CacheWarm CacheState = "warm (reads may be served by the page cache)"
+	// CacheWarmed: the files were read whole before the phase (MakeWarm).
+	CacheWarmed CacheState = "warm (files read into the page cache before each phase)"
 	// CacheRemote: the files are on a remote FS (ffkit://) and nothing
 	// could be dropped: the storage servers' page cache may serve reads.
 	CacheRemote CacheState = "remote (the storage servers' page cache may serve reads; could not drop it)"
@@ -100,4 +103,27 @@ func MakeCold(direct, remote bool, localFiles ...string) (CacheState, error) {
 		evictErr = err
 	}
 	return CacheWarm, evictErr
+}
+
+// MakeWarm reads local files whole, so that the reads of a measurement are
+// served by the page cache (as long as the files fit in memory).
+func MakeWarm(localFiles ...string) (CacheState, error) {
+	buf := make([]byte, 1<<20)
+	for _, p := range localFiles {
+		f, err := os.Open(p)
+		if err != nil {
+			return CacheWarm, fmt.Errorf("bench: warm %s: %w", p, err)
+		}
+		for {
+			_, err = f.Read(buf)
+			if err != nil {
+				break
+			}
+		}
+		f.Close()
+		if err != io.EOF {
+			return CacheWarm, fmt.Errorf("bench: warm %s: %w", p, err)
+		}
+	}
+	return CacheWarmed, nil
 }

@@ -38,6 +38,11 @@ type ReadOptions struct {
 	// Direct reads with O_DIRECT, bypassing the page cache (for datasets
 	// larger than memory). Reads are widened to 4 KiB alignment inside.
 	Direct bool
+	// DirectAuto makes Open choose Direct for the dataset by the rule in
+	// direct.go (O_DIRECT only for a dataset much larger than the memory
+	// the page cache can use); Direct is then ignored. Reader.DirectChoice
+	// says what was chosen and why. Default off.
+	DirectAuto bool
 	// NoVerify skips the per-sample CRC-32 checks. Default: verify.
 	NoVerify bool
 	// Parallelism is the number of reads in flight per batch. Default 64.
@@ -106,6 +111,7 @@ type FileMeta struct {
 // concurrent use.
 type Reader struct {
 	opts   ReadOptions
+	choice DirectChoice
 	budget *fs.Budget // from opts.MaxInFlight; nil: unbounded
 	files  []*file
 	firsts []int64 // firsts[i]: global index of file i's first sample; firsts[len(files)] = N
@@ -130,6 +136,13 @@ func Open(ctx context.Context, paths []string, opts ReadOptions) (*Reader, error
 	srcs, err := expand(ctx, paths)
 	if err != nil {
 		return nil, err
+	}
+	choice := askedDirect(opts.Direct)
+	if opts.DirectAuto {
+		if choice, err = chooseDirect(ctx, srcs); err != nil {
+			return nil, err
+		}
+		opts.Direct = choice.Direct
 	}
 	files := make([]*file, len(srcs))
 	errs := make([]error, len(srcs))
@@ -172,8 +185,14 @@ func Open(ctx context.Context, paths []string, opts ReadOptions) (*Reader, error
 		}
 		return nil, werr
 	}
-	return newReader(files, opts), nil
+	r := newReader(files, opts)
+	r.choice = choice
+	return r, nil
 }
+
+// DirectChoice says whether the Reader reads with O_DIRECT and why (with
+// ReadOptions.DirectAuto, what the rule saw).
+func (r *Reader) DirectChoice() DirectChoice { return r.choice }
 
 // OpenFiles opens a dataset of already open files, read with their ReadAt
 // (no batched reads of a file system). The Reader does not close them.
@@ -201,7 +220,7 @@ type noClose struct{ fs.File }
 func (noClose) Close() error { return nil }
 
 func newReader(files []*file, opts ReadOptions) *Reader {
-	r := &Reader{opts: opts, budget: fs.NewBudget(opts.MaxInFlight), files: files, firsts: make([]int64, len(files)+1)}
+	r := &Reader{opts: opts, choice: askedDirect(opts.Direct), budget: fs.NewBudget(opts.MaxInFlight), files: files, firsts: make([]int64, len(files)+1)}
 	for i, f := range files {
 		r.firsts[i] = r.n
 		r.n += f.h.n

@@ -120,7 +120,7 @@ func readOptions(o *Options) ffrecord.ReadOptions {
 	warn := o.Log
 	// Under the Skip policy a damaged file does not stop the dataset: its
 	// unreadable samples are skipped like bad samples.
-	return ffrecord.ReadOptions{Direct: o.Direct, NoVerify: o.NoVerify, Parallelism: o.Workers, MaxInFlight: o.MaxInFlight,
+	return ffrecord.ReadOptions{Direct: o.Direct, DirectAuto: o.DirectAuto, NoVerify: o.NoVerify, Parallelism: o.Workers, MaxInFlight: o.MaxInFlight,
 		MergeGap: o.MergeGap, Warn: func(s string) { warn("ffrecord: warning: " + s) }, AllowDamaged: o.BadSamples == Skip}
 }
 

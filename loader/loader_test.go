@@ -796,3 +796,24 @@ func TestPrometheusCollector(t *testing.T) {
 		t.Fatalf("metrics %v", got)
 	}
 }
+
+// DirectAuto reads a small local dataset buffered, delivers the same
+// batches as the default, and says so in Stats.DirectChoice; asked modes
+// report themselves too.
+func TestDirectAutoChoice(t *testing.T) {
+	dir := makeDataset(t, t.TempDir(), "a", 300, 2)
+	want := drain(t, mustOpen(t, []string{dir}, Options{BatchSize: 32, Shuffle: true, Seed: 3}), -1)
+	l := mustOpen(t, []string{dir}, Options{BatchSize: 32, Shuffle: true, Seed: 3, DirectAuto: true, Direct: true})
+	got := drain(t, l, -1)
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatal("direct=auto delivered other batches than the default")
+	}
+	if c := l.Stats().DirectChoice; !strings.HasPrefix(c, "buffered (auto: ") {
+		t.Fatalf("direct_choice %q, want buffered by auto", c)
+	}
+	l = mustOpen(t, []string{dir}, Options{BatchSize: 32, Direct: true})
+	if c := l.Stats().DirectChoice; !strings.HasPrefix(c, "direct (on: ") {
+		t.Fatalf("direct_choice %q with Direct, want direct (on: ...)", c)
+	}
+	l.Close()
+}

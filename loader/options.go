@@ -109,6 +109,11 @@ type Options struct {
 	NoVerify bool `json:"no_verify"`
 	// Direct reads with O_DIRECT (no page cache). Default off.
 	Direct bool `json:"direct"`
+	// DirectAuto chooses buffered or direct reads per dataset at Open, by
+	// ffrecord's rule (O_DIRECT only for a dataset much larger than the
+	// memory the page cache can use; see ffrecord/direct.go); Direct is
+	// then ignored. Stats.DirectChoice reports the choice. Default off.
+	DirectAuto bool `json:"direct_auto,omitempty"`
 	// MergeGap is ffrecord's gap for merging neighbouring reads (0:
 	// ffrecord's default, < 0: never merge).
 	MergeGap int64 `json:"merge_gap"`

@@ -1,6 +1,8 @@
 package loader
 
 import (
+	"fmt"
+	"strings"
 	"sync/atomic"
 	"time"
 )
@@ -37,6 +39,10 @@ type Stats struct {
 	MemoryHeld    int64         `json:"memory_held"`
 	MemoryPeak    int64         `json:"memory_peak"`
 	MemoryBudget  int64         `json:"memory_budget"`
+	// DirectChoice says whether the dataset is read buffered or with
+	// O_DIRECT, and why ("direct (auto: ...)", see Options.DirectAuto);
+	// for a mixture, each dataset's in turn.
+	DirectChoice string `json:"direct_choice"`
 }
 
 // Stats returns the loader's statistics so far.
@@ -55,10 +61,22 @@ func (l *Loader) Stats() Stats {
 		MemoryHeld:    l.budget.held.Load(),
 		MemoryPeak:    l.budget.peak.Load(),
 		MemoryBudget:  l.budget.limit,
+		DirectChoice:  l.directChoice(),
 	}
 	if sec := s.Elapsed.Seconds(); sec > 0 {
 		s.SamplesPerS = float64(s.Samples) / sec
 		s.BytesPerS = float64(s.Bytes) / sec
 	}
 	return s
+}
+
+func (l *Loader) directChoice() string {
+	if len(l.readers) == 1 {
+		return l.readers[0].DirectChoice().String()
+	}
+	parts := make([]string, len(l.readers))
+	for i, r := range l.readers {
+		parts[i] = fmt.Sprintf("dataset %d: %s", i, r.DirectChoice())
+	}
+	return strings.Join(parts, "; ")
 }

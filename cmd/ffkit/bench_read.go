@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -13,6 +14,7 @@ import (
 	"github.com/ffkit/ffkit/bench"
 	"github.com/ffkit/ffkit/ffrecord"
 	"github.com/ffkit/ffkit/fs"
+	"github.com/ffkit/ffkit/fs/localfs"
 )
 
 func init() { registerBench(newBenchReadCmd) }
@@ -22,6 +24,7 @@ type benchReadFlags struct {
 	duration    time.Duration
 	warmup      time.Duration
 	direct      bool
+	warm        bool
 	parallelism int
 	inflight    int
 	maxInFlight int
@@ -42,7 +45,19 @@ type benchReadResult struct {
 	BatchSize  int    `json:"batch_size"`
 	Direct     bool   `json:"direct"`
 	Cache      string `json:"cache"`
-	Verify     bool   `json:"verify"`
+	// Warm: the files were read into the page cache before each phase
+	// (--warm); CachedReads is the share of ffkit's reads that the
+	// page-cache probe (preadv2 RWF_NOWAIT) served without io_uring.
+	Warm        bool    `json:"warm"`
+	CachedReads float64 `json:"cached_read_share"`
+	// CPU time (user + system, this process) per sample of each phase,
+	// warm-up included: on a machine shared with other work the samples/s
+	// of a phase depend on the CPU it was given, its cost per sample does
+	// not. CPURatio = baseline's over ffkit's (above 1: ffkit is cheaper).
+	CPUMicrosPerSample         float64 `json:"cpu_us_per_sample"`
+	BaselineCPUMicrosPerSample float64 `json:"baseline_cpu_us_per_sample"`
+	CPURatio                   float64 `json:"cpu_ratio,omitempty"`
+	Verify                     bool    `json:"verify"`
 	// ffkit: ReadBatch of random batches
 	SamplesPerSec float64       `json:"samples_per_s"`
 	MiBPerSec     float64       `json:"mib_s"`
@@ -106,10 +121,14 @@ their last reads).
 
 Reads are made cold first: with --direct the page cache is bypassed (O_DIRECT);
 otherwise the dataset's files are evicted from the page cache before each
-phase, and the cache state is printed next to the figures.
+phase, and the cache state is printed next to the figures. --warm does the
+opposite: the files are read whole before each phase, so every row measures
+reads served by the page cache (ffkit serves those with preadv2 RWF_NOWAIT,
+without io_uring's round trip; FFKIT_NO_NOWAIT=1 turns that off).
 --report FILE.html also writes the results as a self-contained HTML page.`,
 		Example: `  ffkit bench read train/ --duration 5s
-  ffkit bench read small4k.ffr --direct --fio --json`,
+  ffkit bench read small4k.ffr --direct --fio --json
+  ffkit bench read train/ --warm`,
 		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error { return runBenchRead(cmd.Context(), args, f) },
 	}
@@ -117,6 +136,7 @@ phase, and the cache state is printed next to the figures.
 	c.Flags().DurationVar(&f.duration, "duration", 10*time.Second, "measured time of each phase (ffkit, baseline, fio)")
 	c.Flags().DurationVar(&f.warmup, "warmup", 500*time.Millisecond, "warm-up before each phase, not measured")
 	c.Flags().BoolVar(&f.direct, "direct", false, "read with O_DIRECT (bypass the page cache)")
+	c.Flags().BoolVar(&f.warm, "warm", false, "read the files into the page cache before each phase instead of evicting them (not with --direct)")
 	c.Flags().IntVar(&f.parallelism, "parallelism", 16, "reads in flight per batch, at most")
 	c.Flags().IntVar(&f.inflight, "batches-in-flight", 4, "batches read concurrently, as a loader prefetches")
 	c.Flags().IntVar(&f.maxInFlight, "max-in-flight", 0, "reads in flight in all batches together, shared (0: --parallelism x --batches-in-flight); the baseline keeps as many preads in flight")
@@ -139,6 +159,8 @@ func runBenchRead(ctx context.Context, paths []string, f benchReadFlags) error {
 		return usagef("--parallelism, --batches-in-flight and --rounds must be positive")
 	case f.report != "" && !strings.HasSuffix(strings.ToLower(f.report), ".html"):
 		return usagef("--report %q: the report is HTML, name it FILE.html", f.report)
+	case f.warm && f.direct:
+		return usagef("--warm and --direct contradict each other: O_DIRECT bypasses the page cache")
 	case f.maxInFlight < 0:
 		return usagef("--max-in-flight must not be negative, got %d", f.maxInFlight)
 	}
@@ -172,7 +194,7 @@ func runBenchRead(ctx context.Context, paths []string, f benchReadFlags) error {
 	}
 	st := r.Stats()
 	res := benchReadResult{Dataset: fmt.Sprint(paths), Samples: n, Files: len(files), MedianSize: st.MedianLen,
-		BatchSize: f.batchSize, Direct: f.direct, Verify: !f.noVerify, Parallelism: f.parallelism,
+		BatchSize: f.batchSize, Direct: f.direct, Warm: f.warm, Verify: !f.noVerify, Parallelism: f.parallelism,
 		Inflight: f.inflight, MaxInFlight: f.parallelism * f.inflight, Seconds: f.duration.Seconds(), Rounds: f.rounds}
 	if f.maxInFlight > 0 {
 		res.MaxInFlight = min(f.maxInFlight, res.MaxInFlight)
@@ -243,6 +265,17 @@ func runBenchRead(ctx context.Context, paths []string, f benchReadFlags) error {
 		return l, nil
 	}
 	cold := func() {
+		if f.warm {
+			cache, err := bench.MakeWarm(local...)
+			if remote {
+				cache = bench.CacheRemote
+			}
+			res.Cache = string(cache)
+			if err != nil {
+				warnf("reads may be cold: %v", err)
+			}
+			return
+		}
 		cache, err := bench.MakeCold(f.direct, remote, local...)
 		res.Cache = string(cache)
 		if err != nil {
@@ -264,6 +297,9 @@ func runBenchRead(ctx context.Context, paths []string, f benchReadFlags) error {
 	var reqBatches int64
 	_, counted := fs.SumReadStats(fsyses)
 	var fioIOPS []float64
+	var cachedHits, cachedMisses int64 // the page-cache probe's, in the ffkit phases
+	var oursCPU, baseCPU time.Duration
+	var oursSamples, baseSamples int64
 	// fio reads one median sample per request, so its IOPS are samples/s.
 	fioBS := max((st.MedianLen+4095)/4096*4096, 4096)
 	fioName := fmt.Sprintf("fio randread %s", bench.FormatBytes(fioBS))
@@ -271,20 +307,27 @@ func runBenchRead(ctx context.Context, paths []string, f benchReadFlags) error {
 		cold()
 		progress(fmt.Sprintf("round %d/%d: ffkit ReadBatch, %d batches of %d in flight, %s", round+1, f.rounds, f.inflight, f.batchSize, slice))
 		before, _ := fs.SumReadStats(fsyses)
+		c0, _, m0 := localfs.ReadCounts()
 		issued.Store(0)
+		cpu0 := cpuTime()
 		o, err := bench.Run(ctx, bench.Options{Workers: f.inflight, Duration: slice, Warmup: f.warmup}, oursOp)
 		if err != nil {
 			return fmt.Errorf("bench read: %w", err)
 		}
+		oursCPU, oursSamples = oursCPU+cpuTime()-cpu0, oursSamples+(o.Ops+o.WarmupOps)*int64(f.batchSize)
 		after, _ := fs.SumReadStats(fsyses)
 		reqStats, reqBatches = reqStats.Add(after.Sub(before)), reqBatches+issued.Load()
+		c1, _, m1 := localfs.ReadCounts()
+		cachedHits, cachedMisses = cachedHits+c1-c0, cachedMisses+m1-m0
 		ours = append(ours, o)
 		cold()
 		progress(fmt.Sprintf("round %d/%d: baseline, one plain pread per sample, %d in flight, %s", round+1, f.rounds, workers, slice))
+		cpu0 = cpuTime()
 		b, err := bench.Run(ctx, bench.Options{Workers: workers, Duration: slice, Warmup: f.warmup}, baseOp)
 		if err != nil {
 			return fmt.Errorf("bench read: baseline: %w", err)
 		}
+		baseCPU, baseSamples = baseCPU+cpuTime()-cpu0, baseSamples+b.Ops+b.WarmupOps
 		base = append(base, b)
 		if fioOK {
 			progress(fmt.Sprintf("round %d/%d: %s, iodepth 64, on %d file(s) of the dataset", round+1, f.rounds, fioName, len(fioFiles)))
@@ -335,6 +378,16 @@ func runBenchRead(ctx context.Context, paths []string, f benchReadFlags) error {
 		if reqStats.Requests > 0 {
 			res.RangesPerRequest = float64(reqStats.IOs) / float64(reqStats.Requests)
 		}
+	}
+	if oursSamples > 0 && baseSamples > 0 {
+		res.CPUMicrosPerSample = float64(oursCPU.Microseconds()) / float64(oursSamples)
+		res.BaselineCPUMicrosPerSample = float64(baseCPU.Microseconds()) / float64(baseSamples)
+		if res.CPUMicrosPerSample > 0 {
+			res.CPURatio = res.BaselineCPUMicrosPerSample / res.CPUMicrosPerSample
+		}
+	}
+	if cachedHits > 0 {
+		res.CachedReads = float64(cachedHits) / float64(cachedHits+cachedMisses)
 	}
 	if len(fioIOPS) > 0 {
 		for _, v := range fioIOPS {
@@ -394,11 +447,18 @@ func benchReadTable(res benchReadResult, f benchReadFlags, median int64, workers
 	t.Notes = append(t.Notes,
 		"ffkit latencies are per batch; the baseline's are per pread",
 		fmt.Sprintf("ratio = ffkit samples/s over the row's samples/s; %d batches of %d in flight, up to %d reads each, %d in all", f.inflight, f.batchSize, f.parallelism, res.MaxInFlight),
-		fmt.Sprintf("%d rounds alternating the rows, %s each per round, made cold before each", f.rounds, slice))
+		fmt.Sprintf("%d rounds alternating the rows, %s each per round, made %s before each", f.rounds, slice, map[bool]string{false: "cold", true: "warm"}[f.warm]))
 	if res.FioIOPS > 0 {
 		t.Notes = append(t.Notes, fmt.Sprintf("fio reads %s per request (the median sample, rounded up to 4 KiB): its reads/s compare with samples/s", bench.FormatBytes(res.FioBlockSize)))
 	}
-	if !f.direct {
+	if res.CPUMicrosPerSample > 0 {
+		t.Notes = append(t.Notes, fmt.Sprintf("CPU per sample (user+system, warm-up included): ffkit %.2f us, baseline %.2f us, %s (baseline over ffkit)",
+			res.CPUMicrosPerSample, res.BaselineCPUMicrosPerSample, bench.FormatRatio(res.CPURatio)))
+	}
+	if res.CachedReads > 0 {
+		t.Notes = append(t.Notes, fmt.Sprintf("%.0f%% of ffkit's probed reads were served by the page cache with preadv2(RWF_NOWAIT), without io_uring", 100*res.CachedReads))
+	}
+	if !f.direct && !f.warm {
 		t.Notes = append(t.Notes, "without --direct the page cache refills during each phase: a dataset smaller than memory is soon read warm; --direct measures the device")
 	}
 	return t
@@ -421,4 +481,13 @@ func benchReadReport(res benchReadResult, t bench.Table, baseLat bench.Latency) 
 		Categories: latencyCategories, Series: []bench.Series{{Name: "ffkit batch", Values: latencyValues(res.BatchLatency)}, {Name: "pread", Values: latencyValues(baseLat)}}}
 	return &bench.Report{Title: "ffkit bench read", Meta: reportMeta(res.Dataset), Data: res,
 		Sections: []bench.Section{{Heading: "Throughput", Charts: []bench.Chart{rate, bw}}, {Heading: "Latency", Charts: []bench.Chart{lat}}, {Tables: []bench.Table{t}}}}
+}
+
+// cpuTime is this process's user plus system CPU time so far.
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }

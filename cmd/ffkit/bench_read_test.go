@@ -48,3 +48,27 @@ func TestCLIBenchReadReportAndFioBlockSize(t *testing.T) {
 		t.Fatalf("fio: block %d bytes (want %d for a median sample of %d), %.0f IOPS, %.1f MiB/s", res.FioBlockSize, want, res.MedianSize, res.FioIOPS, res.FioMiBPerSec)
 	}
 }
+
+// bench read --warm reads the files into the page cache before each phase
+// and reports how many of ffkit's reads the page-cache path served and the
+// CPU per sample of both rows; --warm with --direct is refused.
+func TestCLIBenchReadWarm(t *testing.T) {
+	ds := loadTestDataset(t, 2000, 500)
+	stdout, stderr, code := runCLI(t, nil, "--json", "bench", "read", ds, "--warm", "--duration", "200ms", "--rounds", "1", "--warmup", "10ms")
+	if code != 0 {
+		t.Fatalf("bench read --warm: exit %d: %s", code, stderr)
+	}
+	var res benchReadResult
+	if err := json.Unmarshal([]byte(stdout), &res); err != nil {
+		t.Fatalf("%v: %s", err, stdout)
+	}
+	if !res.Warm || !strings.HasPrefix(res.Cache, "warm (files read") || res.SamplesPerSec <= 0 || res.BaselineSamplesPerSec <= 0 {
+		t.Fatalf("--warm: warm %v, cache %q, %.0f vs %.0f samples/s", res.Warm, res.Cache, res.SamplesPerSec, res.BaselineSamplesPerSec)
+	}
+	if (res.CachedReads <= 0 && os.Getenv("FFKIT_NO_NOWAIT") != "1") || res.CPUMicrosPerSample <= 0 || res.BaselineCPUMicrosPerSample <= 0 {
+		t.Fatalf("--warm: %.2f of the reads served by the page cache, CPU %.2f / %.2f us per sample", res.CachedReads, res.CPUMicrosPerSample, res.BaselineCPUMicrosPerSample)
+	}
+	if _, stderr, code := runCLI(t, nil, "bench", "read", ds, "--warm", "--direct"); code != 2 || !strings.Contains(stderr, "contradict") {
+		t.Fatalf("--warm --direct: exit %d: %s", code, stderr)
+	}
+}

@@ -13,6 +13,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/ffkit/ffkit/bench"
+	"github.com/ffkit/ffkit/ffrecord"
 	"github.com/ffkit/ffkit/fs"
 	"github.com/ffkit/ffkit/internal/units"
 	"github.com/ffkit/ffkit/loader"
@@ -33,6 +34,7 @@ type loadSummary struct {
 	MaxInFlight   int           `json:"max_in_flight,omitempty"`
 	Prefetch      int           `json:"prefetch"`
 	Direct        bool          `json:"direct"`
+	DirectChoice  string        `json:"direct_choice"`
 	Verify        bool          `json:"verify"`
 	Batches       int64         `json:"batches"`
 	Delivered     int64         `json:"delivered_samples"`
@@ -70,6 +72,7 @@ func newLoadCmd() *cobra.Command {
 		weights           string
 		watchdog          time.Duration
 		noShuffle         bool
+		direct            string
 		budget            = units.Size(loader.DefaultMemoryBudget)
 	)
 	c := &cobra.Command{
@@ -125,6 +128,13 @@ Several PATHs are one dataset; with --weights they are a weighted mixture
 				if !f.Changed("direct") {
 					o.Direct = cfg.Direct
 				}
+			}
+			if f.Changed("direct") {
+				mode, err := ffrecord.ParseDirectMode(direct)
+				if err != nil {
+					return usagef("--direct %q: want on, off or auto", direct)
+				}
+				o.Direct, o.DirectAuto = mode == ffrecord.DirectOn, mode == ffrecord.DirectAuto
 			}
 			if budget < 1 {
 				return usagef("--memory-budget %s: want a positive size such as 256MiB", budget.String())
@@ -276,7 +286,7 @@ Several PATHs are one dataset; with --weights they are a weighted mixture
 			s := l.Stats()
 			sum := loadSummary{
 				Paths: args, Samples: l.Len(), Rank: o.Rank, WorldSize: max(o.WorldSize, 1), BatchSize: o.BatchSize,
-				Shuffle: st.Shuffle, Seed: o.Seed, Workers: o.Workers, MaxInFlight: o.MaxInFlight, Prefetch: o.Prefetch, Direct: o.Direct, Verify: !o.NoVerify,
+				Shuffle: st.Shuffle, Seed: o.Seed, Workers: o.Workers, MaxInFlight: o.MaxInFlight, Prefetch: o.Prefetch, Direct: strings.HasPrefix(s.DirectChoice, "direct"), DirectChoice: s.DirectChoice, Verify: !o.NoVerify,
 				Batches: s.Batches, Delivered: s.Samples, Bytes: s.Bytes, ElapsedS: s.Elapsed.Seconds(),
 				SamplesPerS: s.SamplesPerS, MiBPerS: s.BytesPerS / (1 << 20),
 				FirstBatchMs:  float64(s.FirstBatch) / 1e6,
@@ -321,7 +331,8 @@ Several PATHs are one dataset; with --weights they are a weighted mixture
 	f.IntVar(&o.Workers, "workers", loader.DefaultWorkers, "bounds the storage reads in flight for one batch (at least 1; see --max-in-flight for all batches together)")
 	f.IntVar(&o.MaxInFlight, "max-in-flight", 0, "reads in flight of all prefetched batches together, shared so one batch's tail does not empty the queue (0: --workers per batch, no shared bound)")
 	f.IntVar(&o.Prefetch, "prefetch", loader.DefaultPrefetch, "batches read at once (up to twice as many are planned ahead of the consumer)")
-	f.BoolVar(&o.Direct, "direct", false, "read with O_DIRECT (bypass the page cache)")
+	f.StringVar(&direct, "direct", "off", "O_DIRECT reads (bypass the page cache): on, off, or auto (per dataset: direct only when it is much larger than the memory the page cache can use; see docs/loader.md#direct-reads); --direct alone is on")
+	f.Lookup("direct").NoOptDefVal = "on"
 	f.BoolVar(&o.NoVerify, "no-verify", false, "skip the per-sample CRC-32 checks")
 	f.Var(&budget, "memory-budget", "bound on the bytes of batches in memory (prefetched or held), e.g. 256MiB; at least one batch")
 	f.Int64Var(&o.BlockSize, "block-size", 0, "block shuffle: permute blocks of this many consecutive samples, then samples within windows of --window blocks")
@@ -341,7 +352,7 @@ Several PATHs are one dataset; with --weights they are a weighted mixture
 func printLoadSummary(w io.Writer, s loadSummary) {
 	fmt.Fprintf(w, "loaded %d batches, %d samples, %.1f MiB in %.2fs (rank %d of %d, batch %d, shuffle %s)\n",
 		s.Batches, s.Delivered, float64(s.Bytes)/(1<<20), s.ElapsedS, s.Rank, s.WorldSize, s.BatchSize, s.Shuffle)
-	fmt.Fprintf(w, "  %.0f samples/s, %.1f MiB/s\n", s.SamplesPerS, s.MiBPerS)
+	fmt.Fprintf(w, "  %.0f samples/s, %.1f MiB/s; reads %s\n", s.SamplesPerS, s.MiBPerS, s.DirectChoice)
 	fmt.Fprintf(w, "  time to first batch %.1f ms; consumer waited %.2fs; reads took %.2fs (summed over batches in flight)\n",
 		s.FirstBatchMs, s.ConsumerWaitS, s.ReadS)
 	fmt.Fprintf(w, "  memory peak %.1f MiB of a %.1f MiB budget; %.1f read requests per batch; %.4f of consecutive samples are neighbours\n",

@@ -314,3 +314,33 @@ func TestLoadCLIIOConfigAndMixture(t *testing.T) {
 		t.Fatalf("mixture 1:3 of 200 gave %v", per)
 	}
 }
+
+// --direct takes on, off or auto (alone it means on); the summary says
+// what was chosen and why.
+func TestLoadCLIDirect(t *testing.T) {
+	ds := loadTestDataset(t, 200, 100)
+	for _, c := range []struct {
+		flag, prefix string
+		direct       bool
+	}{
+		{"--direct=auto", "buffered (auto: ", false},
+		{"--direct", "direct (on: ", true},
+		{"--direct=on", "direct (on: ", true},
+		{"--direct=off", "buffered (off: ", false},
+	} {
+		r := runLoad(t, ds, "--batch-size", "32", c.flag, "--json")
+		if r.code != 0 {
+			t.Fatalf("%s: exit %d: %s", c.flag, r.code, r.stderr)
+		}
+		var s loadSummary
+		if err := json.Unmarshal([]byte(r.stdout), &s); err != nil {
+			t.Fatalf("%s: %v\n%s", c.flag, err, r.stdout)
+		}
+		if !strings.HasPrefix(s.DirectChoice, c.prefix) || s.Direct != c.direct || s.Delivered != 200 {
+			t.Fatalf("%s: direct %v, direct_choice %q, %d samples", c.flag, s.Direct, s.DirectChoice, s.Delivered)
+		}
+	}
+	if r := runLoad(t, ds, "--direct=sometimes"); r.code != 2 || !strings.Contains(r.stderr, "on, off or auto") {
+		t.Fatalf("--direct=sometimes: exit %d, %s", r.code, r.stderr)
+	}
+}

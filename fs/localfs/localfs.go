@@ -1,7 +1,8 @@
 // Package localfs implements fs.FS on the local file system.
 //
-// ReadBatch submits its reads through io_uring (uring.go) where the kernel
-// allows it, and otherwise runs parallel preads.
+// ReadBatch serves what the page cache holds with preadv2(RWF_NOWAIT) on
+// the calling goroutine (nowait.go), and submits the rest through io_uring
+// (uring.go) where the kernel allows it, and otherwise runs parallel preads.
 //
 // Reads with OpenOptions.Direct use O_DIRECT: the page cache is bypassed and
 // every pread is widened to 4 KiB alignment through a pooled bounce buffer,
@@ -45,6 +46,12 @@ type FS struct {
 	// NoURing makes ReadBatch use parallel preads instead of io_uring
 	// (also set for every FS by FFKIT_NO_IOURING=1), for comparisons.
 	NoURing bool
+	// NoNowait skips the page-cache probe (nowait.go) that serves cached
+	// reads without io_uring (also set for every FS by FFKIT_NO_NOWAIT=1).
+	NoNowait bool
+	// Mmap serves cached pages by copies from a mapping of the file
+	// (mmap.go; also set for every FS by FFKIT_MMAP=1). Default off.
+	Mmap bool
 }
 
 var noURingEnv = os.Getenv("FFKIT_NO_IOURING") == "1"
@@ -93,6 +100,7 @@ type File struct {
 	name   string
 	size   int64
 	direct bool
+	m      mapping // buffered files: read-only map of cached pages (mmap.go)
 }
 
 var _ fs.File = (*File)(nil)
@@ -126,7 +134,10 @@ func (l *FS) Open(ctx context.Context, name string, opts fs.OpenOptions) (fs.Fil
 
 func (f *File) Size() int64  { return f.size }
 func (f *File) Name() string { return f.name }
-func (f *File) Close() error { return f.f.Close() }
+func (f *File) Close() error {
+	f.m.unmap()
+	return f.f.Close()
+}
 
 // Fd returns the file descriptor, for callers that submit their own I/O
 // (io_uring). It stays valid until Close.
@@ -214,12 +225,17 @@ func (l *FS) ReadBatchN(ctx context.Context, reqs []fs.ReadRequest, par int) err
 // ReadBatchBudget is ReadBatchN whose reads also hold budget's tokens while
 // in flight, so that concurrent calls sharing budget keep at most its bound
 // in flight in all (see fs.Budget). A nil budget bounds nothing.
+// Reads served from the page cache (nowait.go) take no token: they are
+// copies on the calling goroutine, never in the device's queue.
 func (l *FS) ReadBatchBudget(ctx context.Context, reqs []fs.ReadRequest, par int, budget *fs.Budget) error {
 	if len(reqs) == 0 {
 		return nil
 	}
 	if par <= 0 {
 		par = 64
+	}
+	if reqs = l.serveCached(reqs); len(reqs) == 0 {
+		return nil
 	}
 	if !l.NoURing && uringOK() && !noURingEnv {
 		if files, ok := uringEligible(reqs); ok {

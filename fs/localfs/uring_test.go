@@ -32,7 +32,7 @@ func TestReadBatchURing(t *testing.T) {
 	if err := os.WriteFile(p, data, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	l := New()
+	l := &FS{Parallelism: 64, NoNowait: true} // the file is warm: the probe would serve it all
 	for _, direct := range []bool{false, true} {
 		f, err := l.Open(ctx, p, fs.OpenOptions{Direct: direct})
 		if err != nil {
@@ -96,7 +96,9 @@ func TestReadBatchBudget(t *testing.T) {
 	if err := os.WriteFile(p, data, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	for _, l := range []*FS{New(), {Parallelism: 64, NoURing: true}} {
+	// The file is warm: without NoNowait the page-cache probe would serve
+	// every read, bypassing the ring, the preads and the budget.
+	for _, l := range []*FS{{Parallelism: 64, NoNowait: true}, {Parallelism: 64, NoURing: true, NoNowait: true}} {
 		f, err := l.Open(ctx, p, fs.OpenOptions{})
 		if err != nil {
 			t.Fatal(err)

@@ -282,7 +282,12 @@ func loaderOpen(ctx context.Context, s *Server, q *loaderOpenRequest, in input) 
 	if q.BatchSize < 1 {
 		return reply{}, fmt.Errorf("%w: batch size %d, want at least 1", loader.ErrOptions, q.BatchSize)
 	}
-	ropts := ffrecord.ReadOptions{Direct: q.Direct, NoVerify: !q.CheckData, Parallelism: q.Workers}
+	direct, err := ffrecord.ParseDirectMode(q.Direct)
+	if err != nil {
+		return reply{}, err
+	}
+	ropts := ffrecord.ReadOptions{Direct: direct == ffrecord.DirectOn, DirectAuto: direct == ffrecord.DirectAuto,
+		NoVerify: !q.CheckData, Parallelism: q.Workers}
 	r, err := ffrecord.Open(ctx, q.Paths, ropts)
 	if err != nil {
 		return reply{}, err
@@ -342,7 +347,7 @@ func loaderOpen(ctx context.Context, s *Server, q *loaderOpenRequest, in input) 
 		BatchSize: q.BatchSize, Shuffle: q.Shuffle, Seed: q.Seed, Rank: q.Rank, WorldSize: q.WorldSize,
 		DropLast: q.DropLast, Prefetch: q.Prefetch, StartEpoch: q.StartEpoch, Epochs: -1,
 		MemoryBudget: 1 << 62, Arena: arena, BlockSize: q.BlockSize,
-		NoVerify: !q.CheckData, Direct: q.Direct,
+		NoVerify: !q.CheckData, Direct: r.Options().Direct,
 	}
 	if q.Workers > 0 {
 		opts.Workers = q.Workers

@@ -98,23 +98,24 @@ type (
 	ffwFinishRequest  struct{ handleField }
 	loaderOpenRequest struct {
 		opField
-		Paths        []string `json:"paths"`
-		BatchSize    int      `json:"batch_size"`
-		Shuffle      bool     `json:"shuffle"`
-		Seed         uint64   `json:"seed"`
-		Rank         int      `json:"rank"`
-		WorldSize    int      `json:"world_size"`
-		DropLast     bool     `json:"drop_last"`
-		Prefetch     int      `json:"prefetch"`
-		Hold         int      `json:"hold"`
-		Ahead        int      `json:"ahead"`
-		CheckData    bool     `json:"check_data"`
-		Direct       bool     `json:"direct"`
-		Workers      int      `json:"workers"`
-		MemoryBudget int64    `json:"memory_budget"`
-		StartEpoch   int64    `json:"start_epoch"`
-		SkipBad      bool     `json:"skip_bad"`
-		BlockSize    int64    `json:"block_size"`
+		Paths     []string `json:"paths"`
+		BatchSize int      `json:"batch_size"`
+		Shuffle   bool     `json:"shuffle"`
+		Seed      uint64   `json:"seed"`
+		Rank      int      `json:"rank"`
+		WorldSize int      `json:"world_size"`
+		DropLast  bool     `json:"drop_last"`
+		Prefetch  int      `json:"prefetch"`
+		Hold      int      `json:"hold"`
+		Ahead     int      `json:"ahead"`
+		CheckData bool     `json:"check_data"`
+		// Direct is "off" (or ""), "on" or "auto" (ffrecord.ParseDirectMode).
+		Direct       string `json:"direct"`
+		Workers      int    `json:"workers"`
+		MemoryBudget int64  `json:"memory_budget"`
+		StartEpoch   int64  `json:"start_epoch"`
+		SkipBad      bool   `json:"skip_bad"`
+		BlockSize    int64  `json:"block_size"`
 	}
 	loaderOpenReply struct {
 		okField

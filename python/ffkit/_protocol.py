@@ -188,8 +188,8 @@ class LoaderOpenRequest(dict):
     REPLY_FIELDS = ("ok", "handle", "n", "slots", "slot_size", "board", "waiting_word", "wake_word", "batches_per_epoch", "items", "state",)
     STREAM_BODY = False
 
-    def __init__(self, *, paths=None, batch_size=0, shuffle=False, seed=0, rank=0, world_size=0, drop_last=False, prefetch=0, hold=0, ahead=0, check_data=False, direct=False, workers=0, memory_budget=0, start_epoch=0, skip_bad=False, block_size=0):
-        super().__init__({"op": "loader_open", "paths": None if paths is None else list(paths), "batch_size": int(batch_size), "shuffle": bool(shuffle), "seed": int(seed), "rank": int(rank), "world_size": int(world_size), "drop_last": bool(drop_last), "prefetch": int(prefetch), "hold": int(hold), "ahead": int(ahead), "check_data": bool(check_data), "direct": bool(direct), "workers": int(workers), "memory_budget": int(memory_budget), "start_epoch": int(start_epoch), "skip_bad": bool(skip_bad), "block_size": int(block_size)})
+    def __init__(self, *, paths=None, batch_size=0, shuffle=False, seed=0, rank=0, world_size=0, drop_last=False, prefetch=0, hold=0, ahead=0, check_data=False, direct="", workers=0, memory_budget=0, start_epoch=0, skip_bad=False, block_size=0):
+        super().__init__({"op": "loader_open", "paths": None if paths is None else list(paths), "batch_size": int(batch_size), "shuffle": bool(shuffle), "seed": int(seed), "rank": int(rank), "world_size": int(world_size), "drop_last": bool(drop_last), "prefetch": int(prefetch), "hold": int(hold), "ahead": int(ahead), "check_data": bool(check_data), "direct": direct, "workers": int(workers), "memory_budget": int(memory_budget), "start_epoch": int(start_epoch), "skip_bad": bool(skip_bad), "block_size": int(block_size)})
 
 
 class LoaderNextRequest(dict):

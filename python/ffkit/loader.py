@@ -199,6 +199,17 @@ def _decoder(name):
     raise errors.UsageError(f"ffkit: decode must be None or 'webdataset', got {name!r}")
 
 
+def _direct_mode(direct):
+    """Loader's direct= as the engine's "off" / "on" / "auto"."""
+    if direct is None or direct is False:
+        return "off"
+    if direct is True:
+        return "on"
+    if isinstance(direct, str) and direct.lower() in ("off", "on", "auto"):
+        return direct.lower()
+    raise errors.UsageError(f"ffkit: direct must be True, False, 'on', 'off' or 'auto', got {direct!r}")
+
+
 class Loader:
     """Batches of one rank's share of an FFRecord dataset.
 
@@ -217,7 +228,13 @@ class Loader:
             largest possible batch in every slot; the ring is sparse).
         workers: reads in flight per batch (default 64).
         skip_bad: substitute bad samples (logged) instead of failing.
-        direct: O_DIRECT reads (bypass the page cache).
+        direct: how reads meet the page cache: False or "off" (buffered,
+            the default), True or "on" (O_DIRECT: bypass the page cache),
+            or "auto": chosen per dataset when the loader opens, O_DIRECT
+            only when the dataset is more than 4x the memory the page cache
+            can use (and less than half of it is cached). ``stats()
+            ["direct_choice"]`` says what was chosen and why; see
+            docs/loader.md, "Direct reads".
         block_size: block shuffle (samples of a block stay together).
         ahead: extra ring slots for batches the engine has pushed into the
             socket but you have not taken yet (default 2). The engine streams
@@ -241,7 +258,7 @@ class Loader:
         self._open_header = _protocol.LoaderOpenRequest(
             paths=self.paths, batch_size=self.batch_size, shuffle=shuffle, seed=seed, rank=rank,
             world_size=world_size, drop_last=drop_last, prefetch=prefetch, hold=self.hold, check_data=check_data,
-            direct=direct, workers=workers or 0, memory_budget=memory_budget or 0, skip_bad=skip_bad,
+            direct=_direct_mode(direct), workers=workers or 0, memory_budget=memory_budget or 0, skip_bad=skip_bad,
             block_size=block_size, ahead=ahead,
         )
         self.ahead = max(0, int(ahead))

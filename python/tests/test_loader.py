@@ -41,6 +41,21 @@ def test_epoch_covers_every_sample_once(gen):
     assert [i for b in seq for i in b] == list(range(n))
 
 
+def test_direct_modes(gen):
+    """direct= takes True/False/"on"/"off"/"auto"; every mode delivers the
+    same batches, and stats()["direct_choice"] says what was chosen."""
+    path, n = gen
+    want = epoch(ffkit.Loader(path, batch_size=64, seed=1))
+    for direct, prefix in [(False, "buffered (off: "), ("off", "buffered (off: "), (True, "direct (on: "),
+                           ("on", "direct (on: "), ("auto", "buffered (auto: "), ("AUTO", "buffered (auto: ")]:
+        L = ffkit.Loader(path, batch_size=64, seed=1, direct=direct)
+        assert epoch(L) == want, direct
+        assert L.stats()["direct_choice"].startswith(prefix), (direct, L.stats()["direct_choice"])
+        L.close()
+    with pytest.raises(errors.UsageError, match="direct must be"):
+        ffkit.Loader(path, batch_size=64, direct="sometimes")
+
+
 def test_set_epoch(gen):
     path, n = gen
     a = ffkit.Loader(path, batch_size=50, seed=5)
