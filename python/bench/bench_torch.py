@@ -6,9 +6,14 @@ CRCs checked), samples/s of:
   loader          ffkit.Loader in this process, each batch turned into
                   tensors by ffkit.torch.to_tensors (the baseline: what
                   num_workers=0 costs)
-  ffkit.torch.DataLoader(num_workers=W)
-                  reads in the main process, to_tensors in W workers, batches
-                  back as views of the main process's ring
+  ffkit.torch.DataLoader(num_workers=W), default transform
+                  reads in the main process; to_tensors (views only) runs
+                  there too, so no worker starts
+  ffkit.torch.DataLoader+transform
+                  the same with a user transform (here one that calls
+                  to_tensors) run in W workers: batches go to the workers as
+                  slot numbers and come back as views of the main process's
+                  ring (the worker path's own cost)
   torch+Dataset   torch.utils.data.DataLoader(ffkit.torch.Dataset,
                   batch_size=None, num_workers=W): each worker a loader of
                   its own, batches moved by PyTorch (the old path)
@@ -80,6 +85,25 @@ def run_ffkit_dataloader(ffr, bs, epochs, workers):
     return n / (time.perf_counter() - t)
 
 
+def user_transform(batch):
+    import ffkit.torch as ft
+
+    return ft.to_tensors(batch)
+
+
+def run_ffkit_dataloader_transform(ffr, bs, epochs, workers):
+    import ffkit.torch as ft
+
+    t = time.perf_counter()
+    n = 0
+    with ft.DataLoader(ffr, bs, num_workers=workers, seed=1, persistent_workers=True,
+                       transform=user_transform) as dl:
+        for _ in range(epochs):
+            for b in dl:
+                n += count(b)
+    return n / (time.perf_counter() - t)
+
+
 def run_torch_dataset(ffr, bs, epochs, workers):
     import torch.utils.data as tud
 
@@ -121,6 +145,7 @@ def run_hfai_torch(ffr, bs, epochs, workers):
 RUNS = {
     "loader": run_loader,
     "ffkit.torch.DataLoader": run_ffkit_dataloader,
+    "ffkit.torch.DataLoader+transform": run_ffkit_dataloader_transform,
     "torch+Dataset": run_torch_dataset,
     "hfai-torch": run_hfai_torch,
 }
@@ -170,6 +195,8 @@ def main():
             f"{dl} / loader": paired(dl, "loader"),
             f"{dl} / hfai-torch": paired(dl, "hfai-torch"),
             f"{dl} / torch+Dataset": paired(dl, "torch+Dataset"),
+            f"{dl}+transform / loader": paired(dl + "+transform", "loader"),
+            f"{dl}+transform / hfai-torch": paired(dl + "+transform", "hfai-torch"),
             "torch+Dataset / loader": paired("torch+Dataset", "loader"),
         },
     }
@@ -180,10 +207,10 @@ def main():
           f"page cache warm, {a.rounds} rounds, load average {load:.1f} on {os.cpu_count()} CPUs")
     print("samples/s, median of rounds:")
     for k, v in result["samples_per_s_median"].items():
-        print(f"  {k:24s} {v:12.0f}  {v * a.size / 2**20:9.1f} MiB/s")
+        print(f"  {k:34s} {v:12.0f}  {v * a.size / 2**20:9.1f} MiB/s")
     print("ratios: median over rounds of the ratio within each round")
     for k, v in result["ratios"].items():
-        print(f"  {k:40s} {v:.2f}")
+        print(f"  {k:50s} {v:.2f}")
 
 
 if __name__ == "__main__":

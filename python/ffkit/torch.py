@@ -25,11 +25,11 @@ any number of workers, and the resume state is the loader's.
 """
 import collections
 import io
-import multiprocessing.connection
 import multiprocessing.reduction
 import os
 import pickle
 import random
+import select
 
 import numpy as np
 import torch
@@ -223,11 +223,22 @@ def _extent(shape, strides, itemsize):
     return sum((d - 1) * s for d, s in zip(shape, strides)) + itemsize
 
 
-class _Pickler(multiprocessing.reduction.ForkingPickler):
+class _Pickler(pickle.Pickler):
     """A worker's result pickler: views of the ring [lo, hi) become persistent
-    ids naming their place in the ring."""
+    ids naming their place in the ring; everything else pickles as with
+    multiprocessing's ForkingPickler (PyTorch's shared-memory reductions
+    included), whose dispatch table is copied once, not per result."""
+
+    _table = None
 
     def __init__(self, f, lo, hi):
+        if _Pickler._table is None:
+            import copyreg
+
+            table = copyreg.dispatch_table.copy()
+            table.update(multiprocessing.reduction.ForkingPickler._extra_reducers)
+            _Pickler._table = table
+        self.dispatch_table = _Pickler._table
         super().__init__(f, pickle.HIGHEST_PROTOCOL)
         self._lo, self._hi = lo, hi
 
@@ -310,8 +321,9 @@ class _Unpickler(pickle.Unpickler):
             return memoryview(self._buf[rel : rel + n])
         if kind == "v":
             _, raw, shape, dtype = pid
-            t = torch.frombuffer(bytearray(raw), dtype=torch.uint8) if raw else torch.empty(0, dtype=torch.uint8)
-            return t.view(_torch_dtype(dtype)).reshape(shape)
+            dt = _torch_dtype(dtype)
+            t = torch.frombuffer(bytearray(raw), dtype=dt) if raw else torch.empty(0, dtype=dt)
+            return t.reshape(shape)
         if kind == "b":
             return memoryview(bytearray(pid[1]))
         raise pickle.UnpicklingError(f"ffkit.torch: unknown persistent id {kind!r}")
@@ -349,7 +361,7 @@ def _worker_loop(wid, num_workers, conn, transform, decode, seed, init_fn, paren
                     return
                 continue
             try:
-                msg = conn.recv()
+                msg = pickle.loads(conn.recv_bytes())
             except EOFError:
                 return
             if msg is None:
@@ -409,7 +421,9 @@ class DataLoader:
             process).
         transform: called with each ``ffkit.loader.Batch`` in a worker;
             default the Dataset's, else ``to_tensors``. Keep no views of a
-            batch past the call (copy what you keep).
+            batch past the call (copy what you keep). ``to_tensors`` itself
+            runs in this process (it only makes views: a worker would add a
+            round trip and nothing else), so with it no worker starts.
         prefetch_factor: batches in flight per worker (default 2).
         persistent_workers: keep the workers between epochs.
         worker_init_fn: called with the worker id in each worker first.
@@ -502,7 +516,9 @@ class DataLoader:
             # is past them, so go back to the last batch yielded.
             self._loader.load_state_dict(self._state)
             self._rewind = False
-        if self.num_workers == 0:
+        if self.num_workers == 0 or self.transform is to_tensors:
+            # The default transform only makes views of the ring: a worker
+            # would add a round trip and nothing else.
             return self._iter_here()
         return self._iter_workers()
 
@@ -533,19 +549,22 @@ class DataLoader:
                     p.start()
                 finally:
                     child.close()
-                self._workers.append([p, parent, None])
+                poller = select.poll()
+                poller.register(parent.fileno(), select.POLLIN)
+                poller.register(p.sentinel, select.POLLIN)
+                self._workers.append([p, parent, None, poller])
         except BaseException:
             self._stop_workers()
             raise
 
     def _stop_workers(self):
         workers, self._workers = self._workers, []
-        for p, conn, _ in workers:
+        for p, conn, *_ in workers:
             try:
-                conn.send(None)
+                conn.send_bytes(pickle.dumps(None))
             except (OSError, ValueError):
                 pass
-        for p, conn, _ in workers:
+        for p, conn, *_ in workers:
             p.join(timeout=_POLL_S)
             if p.is_alive():
                 p.kill()
@@ -554,30 +573,31 @@ class DataLoader:
 
     def _send(self, w, b, ring_base):
         L = self._loader
-        p, conn, gen = self._workers[w]
+        p, conn, gen, _ = self._workers[w]
         if gen != L._gen:
-            conn.send(("ring", len(L._ring)))
+            conn.send_bytes(pickle.dumps(("ring", len(L._ring))))
             multiprocessing.reduction.send_handle(conn, L._ring_fd, p.pid)
             self._workers[w][2] = L._gen
         slot_off = b._buf.__array_interface__["data"][0] - ring_base
         body = np.concatenate((b.indices, b.positions.reshape(-1))).tobytes()
-        conn.send(("b", slot_off, len(b._buf), len(b), b.epoch, b.step, b.padded, b._grid, body))
+        conn.send_bytes(pickle.dumps(("b", slot_off, len(b._buf), len(b), b.epoch, b.step, b.padded, b._grid, body),
+                                     pickle.HIGHEST_PROTOCOL))
         return slot_off
 
     def _wait(self, w):
         """The next message of worker w (raises if the worker died or the
         timeout passed)."""
-        p, conn, _ = self._workers[w]
+        p, conn, _, poller = self._workers[w]
         waited = 0.0
+        fd = conn.fileno()
         while True:
             step = _POLL_S if not self.timeout else min(_POLL_S, self.timeout - waited)
-            ready = multiprocessing.connection.wait([conn, p.sentinel], step)
-            if conn in ready:
+            ready = poller.poll(step * 1000)
+            if any(r == fd for r, _ in ready):
                 try:
                     return conn.recv_bytes()
                 except (EOFError, OSError):
                     pass  # the worker is gone: say how below
-                ready = [p.sentinel]
             if ready or not p.is_alive():
                 p.join(timeout=_POLL_S)
                 raise errors.EngineError(

@@ -15,6 +15,12 @@ from ffkit.ffrecord import FileReader, FileWriter  # noqa: E402
 from conftest import sample_bytes  # noqa: E402
 
 
+def views(batch):
+    """to_tensors, run in the workers (to_tensors itself runs in the main
+    process)."""
+    return ft.to_tensors(batch)
+
+
 def indices(dl):
     return [b["indices"].tolist() for b in dl]
 
@@ -40,7 +46,7 @@ def test_same_batches_in_same_order_for_any_worker_count(gen):
     with ffkit.Loader(path, 100, seed=5) as L:
         want = [b.indices.tolist() for b in L] + [b.indices.tolist() for b in L]  # epochs 0 and 1
     for workers in (0, 1, 2, 4):
-        with ft.DataLoader(ft.Dataset(path, 100, seed=5), num_workers=workers) as dl:
+        with ft.DataLoader(ft.Dataset(path, 100, seed=5, transform=views), num_workers=workers) as dl:
             got = []
             for epoch in range(2):
                 for b in dl:
@@ -52,7 +58,7 @@ def test_same_batches_in_same_order_for_any_worker_count(gen):
 
 def test_resume_with_another_worker_count(gen):
     path, n = gen
-    dl = ft.DataLoader(path, 64, num_workers=2, seed=9)
+    dl = ft.DataLoader(path, 64, num_workers=2, seed=9, transform=views)
     whole = indices(dl)
     assert sorted(i for b in whole for i in b) == list(range(n))
     dl.set_epoch(0)
@@ -63,7 +69,7 @@ def test_resume_with_another_worker_count(gen):
     it.close()  # batches were in flight in the workers: they are not lost
     assert indices(dl) == whole[7:]
     for workers in (0, 3):
-        with ft.DataLoader(path, 32, num_workers=workers, seed=9) as dl2:
+        with ft.DataLoader(path, 32, num_workers=workers, seed=9, transform=views) as dl2:
             dl2.load_state_dict(state)
             # Another batch size regroups the same stream of samples.
             rest = [i for b in indices(dl2) for i in b]
@@ -71,7 +77,10 @@ def test_resume_with_another_worker_count(gen):
     # A Dataset's state and a DataLoader's are the same thing.
     ds = ft.Dataset(path, 64, seed=9)
     ds.load_state_dict(state)
-    assert indices(ft.DataLoader(ds, num_workers=1)) == whole[7:]
+    dl3 = ft.DataLoader(ds, num_workers=1)  # to_tensors: read and made in this process
+    assert indices(dl3) == whole[7:]
+    assert not dl3._workers
+    dl3.close()
     dl.close()
 
 
@@ -83,7 +92,7 @@ def _ring_of(dl):
 
 def test_worker_results_view_the_main_ring_and_keep_their_slot(fixed):
     path, n = fixed
-    dl = ft.DataLoader(path, 100, num_workers=2, seed=1, persistent_workers=True)
+    dl = ft.DataLoader(path, 100, num_workers=2, seed=1, persistent_workers=True, transform=views)
     lo, hi = _ring_of(dl)
     kept = None
     seen = []
@@ -96,6 +105,7 @@ def test_worker_results_view_the_main_ring_and_keep_their_slot(fixed):
         if kept is None:
             kept = (idx, s)  # held across the epoch: its slot must not be reused
         seen += idx
+    assert len(dl._workers) == 2
     assert sorted(seen) == list(range(n))
     idx, s = kept
     assert [int(r[0]) for r in s] == [i % 251 for i in idx]
@@ -138,7 +148,7 @@ def test_transform_runs_in_the_workers(gen):
 
 
 def _fails_at_step_3(batch):
-    if batch.step == 3 and not os.path.exists(os.environ["FFKIT_TEST_FLAG"]):
+    if batch.step == 3 and not os.path.exists(os.environ["DATALOADER_TEST_FLAG"]):
         raise ValueError("bad sample in step 3")
     return batch.indices.tolist()
 
@@ -146,7 +156,7 @@ def _fails_at_step_3(batch):
 def test_transform_error_is_raised_and_iteration_resumes(gen, tmp_path, monkeypatch):
     path, n = gen
     flag = tmp_path / "flag"
-    monkeypatch.setenv("FFKIT_TEST_FLAG", str(flag))
+    monkeypatch.setenv("DATALOADER_TEST_FLAG", str(flag))
     with ffkit.Loader(path, 100, seed=4) as L:
         want = [b.indices.tolist() for b in L]
     with ft.DataLoader(path, 100, num_workers=2, seed=4, transform=_fails_at_step_3,
@@ -161,7 +171,7 @@ def test_transform_error_is_raised_and_iteration_resumes(gen, tmp_path, monkeypa
 
 
 def _dies_at_step_2(batch):
-    if batch.step == 2 and not os.path.exists(os.environ["FFKIT_TEST_FLAG"]):
+    if batch.step == 2 and not os.path.exists(os.environ["DATALOADER_TEST_FLAG"]):
         os._exit(7)
     return batch.indices.tolist()
 
@@ -169,7 +179,7 @@ def _dies_at_step_2(batch):
 def test_worker_death_is_an_error_and_new_workers_continue(gen, tmp_path, monkeypatch):
     path, n = gen
     flag = tmp_path / "flag"
-    monkeypatch.setenv("FFKIT_TEST_FLAG", str(flag))
+    monkeypatch.setenv("DATALOADER_TEST_FLAG", str(flag))
     with ffkit.Loader(path, 200, seed=6) as L:
         want = [b.indices.tolist() for b in L]
     with ft.DataLoader(path, 200, num_workers=2, seed=6, transform=_dies_at_step_2) as dl:
@@ -203,9 +213,11 @@ def test_forked_workers_use_their_own_engine(gen):
     reader.close()
 
 
+@pytest.mark.skipif(not os.environ.get("FFKIT_TEST_SPAWN"), reason="set FFKIT_TEST_SPAWN=1 (a spawned worker "
+                    "imports torch afresh: slow on a loaded machine)")
 def test_spawned_worker_maps_the_ring(fixed):
     path, n = fixed
-    with ft.DataLoader(path, 500, num_workers=1, seed=0, multiprocessing_context="spawn") as dl:
+    with ft.DataLoader(path, 500, num_workers=1, seed=0, multiprocessing_context="spawn", transform=views) as dl:
         lo, hi = _ring_of(dl)
         seen = []
         for b in dl:
