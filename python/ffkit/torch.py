@@ -599,7 +599,7 @@ class DataLoader:
                 except (EOFError, OSError):
                     pass  # the worker is gone: say how below
             if ready or not p.is_alive():
-                p.join(timeout=_POLL_S)
+                p.join(timeout=60)  # it is exiting: wait for its exit code
                 raise errors.EngineError(
                     f"ffkit.torch.DataLoader: worker {w} (pid {p.pid}) exited unexpectedly "
                     f"(exit code {p.exitcode})")
