@@ -652,8 +652,12 @@ class DataLoader:
                 del out
             clean = True
         finally:
-            if pending:
+            if not clean:
+                # Stopped early (an error, or the caller left): the loader
+                # is past the batches not yielded; the next iteration goes
+                # back to the last one yielded.
                 self._rewind = True
+            if pending:
                 clean = self._drain(pending)
             if not clean or not self.persistent_workers:
                 self._stop_workers()

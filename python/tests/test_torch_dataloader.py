@@ -224,3 +224,26 @@ def test_spawned_worker_maps_the_ring(fixed):
             assert lo <= b["samples"].data_ptr() < hi
             seen += b["indices"].tolist()
     assert sorted(seen) == list(range(n))
+
+
+def _fails_at_last_step(batch):
+    if batch.step == 14 and not os.path.exists(os.environ["DATALOADER_TEST_FLAG"]):
+        raise ValueError("bad last batch")
+    return batch.indices.tolist()
+
+
+def test_error_in_the_last_batch_is_not_skipped(gen, tmp_path, monkeypatch):
+    path, n = gen
+    flag = tmp_path / "flag"
+    monkeypatch.setenv("DATALOADER_TEST_FLAG", str(flag))
+    with ffkit.Loader(path, 200, seed=8) as L:
+        want = [b.indices.tolist() for b in L]
+    assert len(want) == 15
+    with ft.DataLoader(path, 200, num_workers=2, seed=8, transform=_fails_at_last_step) as dl:
+        got = []
+        with pytest.raises(ValueError, match="bad last batch"):
+            for b in dl:
+                got.append(b)
+        assert got == want[:14]
+        flag.touch()
+        assert list(dl) == want[14:]
