@@ -299,10 +299,21 @@ class Loader:
         self._needs_rewind = False
         rep = e.call(dict(self._open_header))
         h = rep.header
+        # The ring's memfd stays open (a dup) so that other processes can map
+        # the ring: ffkit.torch.DataLoader passes it to its workers.
+        fd, rep.fds = rep.fds[0], []
         try:
-            ring = _engine.map_ring(rep.fds[0], h["board"] + h["slots"] * h["slot_size"])
-        finally:
-            rep.fds = []
+            ring_fd = os.dup(fd)
+        except BaseException:
+            os.close(fd)
+            raise
+        try:
+            ring = _engine.map_ring(fd, h["board"] + h["slots"] * h["slot_size"])
+        except BaseException:
+            os.close(ring_fd)
+            raise
+        self._close_ring_fd()
+        self._ring_fd = ring_fd
         self._gen += 1
         self._eng, self._hid = e, h["handle"]
         self._ring = ring
@@ -334,6 +345,14 @@ class Loader:
             template = rep.header["state"]
         self._state = template
         return e
+
+    def _close_ring_fd(self):
+        fd, self._ring_fd = getattr(self, "_ring_fd", None), None
+        if fd is not None:
+            try:
+                os.close(fd)
+            except OSError:
+                pass
 
     def _call(self, header, seek=True):
         e = self._ensure()
@@ -576,6 +595,7 @@ class Loader:
         e, hid = self._eng, self._hid
         self._eng = self._hid = None
         self._closed = True
+        self._close_ring_fd()
         if e is not None and not e.dead and e.pid == os.getpid():
             try:
                 e.call(_protocol.CloseRequest(handle=hid))

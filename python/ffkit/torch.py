@@ -16,16 +16,30 @@ DistributedSampler) unless the workers are persistent, in which case each
 new iteration continues with the next epoch by itself. ``state_dict`` /
 ``load_state_dict`` make the dataset Stateful for torchdata's
 StatefulDataLoader.
+
+``ffkit.torch.DataLoader`` is the faster way to use workers: the main
+process reads every batch (one engine, batched parallel reads, straight into
+its shared ring) and the worker processes only run the transform on views of
+that ring, so the batches and their order are those of ``num_workers=0`` for
+any number of workers, and the resume state is the loader's.
 """
+import collections
+import io
+import multiprocessing.reduction
 import os
+import pickle
+import random
+import select
 
 import numpy as np
 import torch
+import torch.multiprocessing
 import torch.utils.data
 
-from .loader import Loader, _dist_defaults
+from . import errors
+from .loader import Batch, Loader, _decoder, _dist_defaults
 
-__all__ = ["Dataset", "to_tensors"]
+__all__ = ["DataLoader", "Dataset", "WorkerInfo", "get_worker_info", "to_tensors"]
 
 
 def to_tensors(batch):
@@ -155,3 +169,526 @@ class Dataset(torch.utils.data.IterableDataset):
         d["_loader"] = None
         d["_key"] = None
         return d
+
+
+# --- DataLoader: reads in the main process, transforms in the workers ------
+
+# Results of a worker's transform cross to the main process pickled: tensors
+# and arrays that view the ring go as (offset, shape, strides, dtype) and come
+# back as views of the main process's own mapping (no copy; they keep the
+# batch's slot lent while they live); other tensors up to _BY_VALUE bytes go
+# by value (cheaper than a shared-memory segment each), larger ones through
+# PyTorch's own shared memory (its ForkingPickler reductions).
+_BY_VALUE = 1 << 20
+_POLL_S = 5.0  # how often a waiting side checks that its peer still lives
+
+
+class WorkerInfo:
+    """What a transform running in an ``ffkit.torch.DataLoader`` worker can
+    learn about where it runs: ``id``, ``num_workers`` and ``seed`` (the
+    worker's torch and ``random`` seed, different per worker and per
+    iteration)."""
+
+    __slots__ = ("id", "num_workers", "seed")
+
+    def __init__(self, id, num_workers, seed):
+        self.id, self.num_workers, self.seed = id, num_workers, seed
+
+    def __repr__(self):
+        return f"WorkerInfo(id={self.id}, num_workers={self.num_workers}, seed={self.seed})"
+
+
+_worker_info = None
+
+
+def get_worker_info():
+    """In an ``ffkit.torch.DataLoader`` worker, its WorkerInfo; in a torch
+    DataLoader worker, torch's; else None."""
+    if _worker_info is not None:
+        return _worker_info
+    return torch.utils.data.get_worker_info()
+
+
+def _torch_dtype(name):
+    dt = getattr(torch, name.rpartition(".")[2], None)
+    if not isinstance(dt, torch.dtype):
+        raise errors.EngineError(f"ffkit.torch: unknown dtype {name!r} in a worker's result")
+    return dt
+
+
+def _extent(shape, strides, itemsize):
+    """Bytes spanned by an array of that shape and (non-negative) byte strides."""
+    if any(d == 0 for d in shape):
+        return 0
+    return sum((d - 1) * s for d, s in zip(shape, strides)) + itemsize
+
+
+class _Pickler(pickle.Pickler):
+    """A worker's result pickler: views of the ring [lo, hi) become persistent
+    ids naming their place in the ring; everything else pickles as with
+    multiprocessing's ForkingPickler (PyTorch's shared-memory reductions
+    included), whose dispatch table is copied once, not per result."""
+
+    _table = None
+
+    def __init__(self, f, lo, hi):
+        if _Pickler._table is None:
+            import copyreg
+
+            table = copyreg.dispatch_table.copy()
+            table.update(multiprocessing.reduction.ForkingPickler._extra_reducers)
+            _Pickler._table = table
+        self.dispatch_table = _Pickler._table
+        super().__init__(f, pickle.HIGHEST_PROTOCOL)
+        self._lo, self._hi = lo, hi
+
+    def persistent_id(self, obj):
+        if isinstance(obj, torch.Tensor):
+            if (obj.device.type != "cpu" or obj.layout != torch.strided or obj.requires_grad
+                    or obj.is_quantized or obj.numel() == 0):
+                return None
+            es = obj.element_size()
+            ptr = obj.untyped_storage().data_ptr() + obj.storage_offset() * es
+            strides = tuple(s * es for s in obj.stride())
+            if self._lo <= ptr < self._hi and min(strides, default=0) >= 0:
+                if ptr + _extent(obj.shape, strides, es) <= self._hi:
+                    return ("t", ptr - self._lo, tuple(obj.shape), strides, str(obj.dtype))
+            if obj.numel() * es <= _BY_VALUE and type(obj) is torch.Tensor:
+                c = obj.contiguous()
+                raw = c.view(torch.uint8) if c.dim() else c.reshape(1).view(torch.uint8)
+                return ("v", raw.numpy().tobytes(), tuple(obj.shape), str(obj.dtype))
+            return None
+        if isinstance(obj, np.ndarray):
+            if obj.size == 0 or obj.dtype.hasobject:
+                return None
+            ptr = obj.__array_interface__["data"][0]
+            if self._lo <= ptr < self._hi and min(obj.strides, default=0) >= 0:
+                if ptr + _extent(obj.shape, obj.strides, obj.itemsize) <= self._hi:
+                    return ("n", ptr - self._lo, obj.shape, obj.strides, obj.dtype.str)
+            return None
+        if isinstance(obj, memoryview):
+            if obj.c_contiguous and obj.nbytes:
+                ptr = np.frombuffer(obj.cast("B") if obj.format != "B" or obj.ndim != 1 else obj,
+                                    np.uint8).__array_interface__["data"][0]
+                if self._lo <= ptr and ptr + obj.nbytes <= self._hi:
+                    return ("m", ptr - self._lo, obj.nbytes)
+            return ("b", obj.tobytes())
+        return None
+
+
+class _Unpickler(pickle.Unpickler):
+    """The main process's side: ring references become views of the batch's
+    slot (slot_off is the slot's offset in the ring), which keep it lent."""
+
+    def __init__(self, f, buf, slot_off):
+        super().__init__(f)
+        self._buf = buf  # the batch's slot (uint8 numpy view of the ring)
+        self._slot_off = slot_off
+        self._base = None
+        self.views = 0  # ring views made
+
+    def _place(self, off, nbytes):
+        rel = off - self._slot_off
+        if rel < 0 or rel + nbytes > len(self._buf):
+            raise errors.UsageError(
+                "ffkit.torch.DataLoader: a worker's transform returned a view of memory outside its batch "
+                "(keep no views of earlier batches in the worker; copy what you keep)")
+        self.views += 1
+        return rel
+
+    def persistent_load(self, pid):
+        kind = pid[0]
+        if kind == "t":
+            _, off, shape, strides, dtype = pid
+            dt = _torch_dtype(dtype)
+            es = dt.itemsize
+            n = _extent(shape, strides, es)
+            rel = self._place(off, n)
+            if self._base is None:
+                self._base = torch.from_numpy(self._buf)
+            seg = self._base[rel : rel + n]
+            if dt != torch.uint8:
+                seg = seg.view(dt)
+            return seg.as_strided(shape, tuple(s // es for s in strides))
+        if kind == "n":
+            _, off, shape, strides, dtype = pid
+            dt = np.dtype(dtype)
+            rel = self._place(off, _extent(shape, strides, dt.itemsize))
+            return np.ndarray(shape, dt, buffer=self._buf, offset=rel, strides=strides)
+        if kind == "m":
+            _, off, n = pid
+            rel = self._place(off, n)
+            return memoryview(self._buf[rel : rel + n])
+        if kind == "v":
+            _, raw, shape, dtype = pid
+            dt = _torch_dtype(dtype)
+            t = torch.frombuffer(bytearray(raw), dtype=dt) if raw else torch.empty(0, dtype=dt)
+            return t.reshape(shape)
+        if kind == "b":
+            return memoryview(bytearray(pid[1]))
+        raise pickle.UnpicklingError(f"ffkit.torch: unknown persistent id {kind!r}")
+
+
+def _worker_loop(wid, num_workers, conn, transform, decode, seed, init_fn, parent):
+    """A DataLoader worker: maps the ring it is sent, runs the transform on
+    each batch it is sent and sends back the result, in order. It never
+    talks to the engine (the main process reads), and exits when told, when
+    the main process's end closes, or when the main process is gone."""
+    global _worker_info
+    import signal
+
+    # Ctrl-C is the main process's to handle: it stops the workers.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    torch.set_num_threads(1)
+    random.seed(seed)
+    torch.manual_seed(seed)
+    _worker_info = WorkerInfo(wid, num_workers, seed)
+    try:
+        from torch.utils.data._utils import worker as tw
+
+        # So that torch.utils.data.get_worker_info() answers in transforms too.
+        tw._worker_info = tw.WorkerInfo(id=wid, num_workers=num_workers, seed=seed, dataset=None)
+    except Exception:
+        pass
+    decode = _decoder(decode)
+    ring, lo, hi = None, 0, 0
+    try:
+        if init_fn is not None:
+            init_fn(wid)
+        while True:
+            if not conn.poll(_POLL_S):
+                if os.getppid() != parent:
+                    return
+                continue
+            try:
+                msg = pickle.loads(conn.recv_bytes())
+            except EOFError:
+                return
+            if msg is None:
+                return
+            if msg[0] == "ring":
+                fd = multiprocessing.reduction.recv_handle(conn)
+                import mmap
+
+                try:
+                    ring = mmap.mmap(fd, msg[1], flags=mmap.MAP_SHARED, prot=mmap.PROT_READ | mmap.PROT_WRITE)
+                finally:
+                    os.close(fd)
+                base = np.frombuffer(ring, np.uint8)
+                lo = base.__array_interface__["data"][0]
+                hi = lo + len(ring)
+                continue
+            _, slot_off, slot_size, n, epoch, step, padded, grid, body = msg
+            try:
+                meta = np.frombuffer(bytearray(body), "<i8")
+                buf = np.frombuffer(ring, np.uint8, slot_size, slot_off)
+                out = transform(Batch(meta[:n], epoch, step, padded, meta[n:].reshape(n, 2), buf, None, grid, decode))
+                f = io.BytesIO()
+                f.write(b"o")
+                _Pickler(f, lo, hi).dump(out)
+                del out, buf
+                conn.send_bytes(f.getbuffer())
+            except Exception:
+                from torch._utils import ExceptionWrapper
+
+                w = ExceptionWrapper(where=f"in ffkit.torch.DataLoader worker {wid}")
+                conn.send_bytes(b"e" + pickle.dumps(w))
+    finally:
+        conn.close()
+
+
+class DataLoader:
+    """Batches of an FFRecord dataset with the transform run in worker
+    processes, in the order of ``num_workers=0`` for any number of workers.
+
+    The main process reads (one ``ffkit.Loader``: the engine's batched
+    parallel reads land in its shared ring) and sends each batch to worker
+    ``k mod num_workers`` as a slot number and sample positions; the worker
+    maps the same ring (its memfd is passed once over the worker's socket),
+    runs ``transform(batch)`` on views of it, and sends the result back.
+    Tensors and arrays of the result that view the batch come back as views
+    of the main process's ring (no copy; the slot stays lent while they
+    live), so the default transform (``to_tensors``) costs no copy at all;
+    other results go by value (small) or through PyTorch's shared memory.
+
+    Args:
+        dataset: an ``ffkit.torch.Dataset`` (its path, shuffle, seed, ranks,
+            transform and loader options are used), or a path (then the
+            keyword arguments below and ``**loader_options`` of
+            ``ffkit.Loader`` apply).
+        batch_size: samples per batch (default: the Dataset's).
+        num_workers: worker processes running the transform (0: in this
+            process).
+        transform: called with each ``ffkit.loader.Batch`` in a worker;
+            default the Dataset's, else ``to_tensors``. Keep no views of a
+            batch past the call (copy what you keep). ``to_tensors`` itself
+            runs in this process (it only makes views: a worker would add a
+            round trip and nothing else), so with it no worker starts.
+        prefetch_factor: batches in flight per worker (default 2).
+        persistent_workers: keep the workers between epochs.
+        worker_init_fn: called with the worker id in each worker first.
+        multiprocessing_context: a context or start method name (default
+            torch.multiprocessing's); with "spawn" or "forkserver" the
+            transform must be picklable.
+        timeout: seconds to wait for a worker's result (0: no limit).
+
+    Iterating runs the current epoch (the next iteration runs the next one;
+    ``set_epoch`` picks one). ``state_dict()`` is the position after the
+    last batch this DataLoader yielded (batches in flight in the workers
+    are not counted), and ``load_state_dict`` resumes there, with any
+    number of workers; the state is the same as ``Dataset.state_dict()``'s.
+    """
+
+    def __init__(self, dataset, batch_size=None, num_workers=0, *, shuffle=True, seed=0, rank=None, world_size=None,
+                 drop_last=False, transform=None, prefetch_factor=2, persistent_workers=False, worker_init_fn=None,
+                 multiprocessing_context=None, timeout=0, **loader_options):
+        if isinstance(dataset, Dataset):
+            path, shuffle, seed = dataset.path, dataset.shuffle, dataset.seed
+            rank, world_size, drop_last = dataset.rank, dataset.world_size, dataset.drop_last
+            batch_size = batch_size or dataset.batch_size
+            transform = transform or dataset.transform
+            loader_options = {**dataset.loader_options, **loader_options}
+            state = dataset.state_dict()
+        else:
+            path, state = dataset, None
+            if batch_size is None:
+                raise errors.UsageError("ffkit.torch.DataLoader: batch_size is required with a path")
+        self.num_workers = int(num_workers)
+        self.prefetch_factor = max(1, int(prefetch_factor or 1))
+        if self.num_workers < 0:
+            raise errors.UsageError(f"ffkit.torch.DataLoader: num_workers must be >= 0, got {num_workers}")
+        self.batch_size = int(batch_size)
+        self.transform = transform or to_tensors
+        self.persistent_workers = bool(persistent_workers)
+        self.worker_init_fn = worker_init_fn
+        self.timeout = float(timeout or 0)
+        ctx = multiprocessing_context
+        if ctx is None:
+            ctx = torch.multiprocessing.get_context()
+        elif isinstance(ctx, str):
+            ctx = torch.multiprocessing.get_context(ctx)
+        self._ctx = ctx
+        self._decode = loader_options.get("decode")
+        # The ring must hold the batches in flight in the workers besides
+        # those the caller holds.
+        self._inflight = self.num_workers * self.prefetch_factor
+        hold = int(loader_options.pop("hold", 2))
+        self._loader = Loader(path, self.batch_size, shuffle=shuffle, seed=seed, rank=rank, world_size=world_size,
+                              drop_last=drop_last, hold=hold + self._inflight, **loader_options)
+        self._workers = []  # [process, connection, ring generation it has]
+        self._rewind = False  # an iteration stopped with batches in flight
+        if state is not None and (state.get("loader") is not None or state.get("epoch")):
+            self.load_state_dict(state)
+        self._state = self._loader.state_dict()
+
+    def __len__(self):
+        """Batches per epoch on this rank."""
+        return len(self._loader)
+
+    @property
+    def epoch(self):
+        return self._loader.epoch
+
+    def set_epoch(self, epoch):
+        """Makes the next iteration run epoch ``epoch`` from its start."""
+        self._loader.set_epoch(epoch)
+        self._state = self._loader.state_dict()
+        self._rewind = False
+
+    def state_dict(self):
+        """Where this DataLoader stands after the last batch it yielded."""
+        return {"loader": dict(self._state), "epoch": self._state["epoch"]}
+
+    def load_state_dict(self, state):
+        """Resumes at a state_dict of this DataLoader or of a Dataset (any
+        number of workers, ranks or batch size; refused for other data)."""
+        inner = state.get("loader")
+        if inner is None:
+            self._loader.set_epoch(state.get("epoch", 0))
+        else:
+            self._loader.load_state_dict(inner)
+        self._state = self._loader.state_dict()
+        self._rewind = False
+
+    def __iter__(self):
+        if self._rewind:
+            # The last iteration stopped with batches in flight: the loader
+            # is past them, so go back to the last batch yielded.
+            self._loader.load_state_dict(self._state)
+            self._rewind = False
+        if self.num_workers == 0 or self.transform is to_tensors:
+            # The default transform only makes views of the ring: a worker
+            # would add a round trip and nothing else.
+            return self._iter_here()
+        return self._iter_workers()
+
+    def _iter_here(self):
+        L = self._loader
+        for b in L:
+            out = self.transform(b)
+            self._state = L.state_dict()
+            del b
+            yield out
+
+    # -- workers -----------------------------------------------------------
+
+    def _start_workers(self):
+        if self._workers:
+            return
+        seed = int(torch.empty((), dtype=torch.int64).random_().item())
+        try:
+            for w in range(self.num_workers):
+                parent, child = self._ctx.Pipe(duplex=True)
+                p = self._ctx.Process(
+                    target=_worker_loop,
+                    args=(w, self.num_workers, child, self.transform, self._decode, seed + w, self.worker_init_fn,
+                          os.getpid()),
+                    daemon=True,
+                )
+                try:
+                    p.start()
+                finally:
+                    child.close()
+                poller = select.poll()
+                poller.register(parent.fileno(), select.POLLIN)
+                poller.register(p.sentinel, select.POLLIN)
+                self._workers.append([p, parent, None, poller])
+        except BaseException:
+            self._stop_workers()
+            raise
+
+    def _stop_workers(self):
+        workers, self._workers = self._workers, []
+        for p, conn, *_ in workers:
+            try:
+                conn.send_bytes(pickle.dumps(None))
+            except (OSError, ValueError):
+                pass
+        for p, conn, *_ in workers:
+            p.join(timeout=_POLL_S)
+            if p.is_alive():
+                p.kill()
+                p.join()
+            conn.close()
+
+    def _send(self, w, b, ring_base):
+        L = self._loader
+        p, conn, gen, _ = self._workers[w]
+        if gen != L._gen:
+            conn.send_bytes(pickle.dumps(("ring", len(L._ring))))
+            multiprocessing.reduction.send_handle(conn, L._ring_fd, p.pid)
+            self._workers[w][2] = L._gen
+        slot_off = b._buf.__array_interface__["data"][0] - ring_base
+        body = np.concatenate((b.indices, b.positions.reshape(-1))).tobytes()
+        conn.send_bytes(pickle.dumps(("b", slot_off, len(b._buf), len(b), b.epoch, b.step, b.padded, b._grid, body),
+                                     pickle.HIGHEST_PROTOCOL))
+        return slot_off
+
+    def _wait(self, w):
+        """The next message of worker w (raises if the worker died or the
+        timeout passed)."""
+        p, conn, _, poller = self._workers[w]
+        waited = 0.0
+        fd = conn.fileno()
+        while True:
+            step = _POLL_S if not self.timeout else min(_POLL_S, self.timeout - waited)
+            ready = poller.poll(step * 1000)
+            if any(r == fd for r, _ in ready):
+                try:
+                    return conn.recv_bytes()
+                except (EOFError, OSError):
+                    pass  # the worker is gone: say how below
+            if ready or not p.is_alive():
+                p.join(timeout=60)  # it is exiting: wait for its exit code
+                raise errors.EngineError(
+                    f"ffkit.torch.DataLoader: worker {w} (pid {p.pid}) exited unexpectedly "
+                    f"(exit code {p.exitcode})")
+            waited += step
+            if self.timeout and waited >= self.timeout:
+                raise errors.EngineError(
+                    f"ffkit.torch.DataLoader: timed out after {self.timeout} s waiting for worker {w}")
+
+    def _result(self, w, b, slot_off):
+        data = self._wait(w)
+        if data[:1] == b"e":
+            pickle.loads(memoryview(data)[1:]).reraise()
+        u = _Unpickler(io.BytesIO(memoryview(data)[1:]), b._buf, slot_off)
+        out = u.load()
+        if not u.views:
+            b.release()  # nothing views the slot: give it back now
+        return out
+
+    def _iter_workers(self):
+        L = self._loader
+        self._start_workers()
+        n = self.num_workers
+        pending = collections.deque()  # (batch, state after it, slot offset, worker)
+        ring_gen, ring_base = None, 0
+        k = 0
+        more = True
+        it = iter(L)
+        clean = False
+        try:
+            while True:
+                while more and len(pending) < self._inflight:
+                    b = next(it, None)
+                    if b is None:
+                        more = False
+                        break
+                    if L._gen != ring_gen:
+                        ring_gen = L._gen
+                        ring_base = np.frombuffer(L._ring, np.uint8, 1).__array_interface__["data"][0]
+                    w = k % n
+                    k += 1
+                    pending.append((b, L.state_dict(), self._send(w, b, ring_base), w))
+                    del b
+                if not pending:
+                    break
+                b, state, slot_off, w = pending.popleft()
+                out = self._result(w, b, slot_off)
+                self._state = state
+                del b
+                yield out
+                del out
+            clean = True
+        finally:
+            if not clean:
+                # Stopped early (an error, or the caller left): the loader
+                # is past the batches not yielded; the next iteration goes
+                # back to the last one yielded.
+                self._rewind = True
+            if pending:
+                clean = self._drain(pending)
+            if not clean or not self.persistent_workers:
+                self._stop_workers()
+
+    def _drain(self, pending):
+        """Takes (and drops) the results still due from the workers, so that
+        they can serve the next iteration; False if that failed."""
+        try:
+            while pending:
+                b, _, _, w = pending.popleft()
+                self._wait(w)
+                b.release()
+            return True
+        except BaseException:
+            pending.clear()
+            return False
+
+    def close(self):
+        """Stops the workers and closes the loader."""
+        self._stop_workers()
+        self._loader.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __del__(self):
+        try:
+            if self._workers:
+                self._stop_workers()
+        except Exception:
+            pass
