@@ -305,7 +305,8 @@ func (c *Client) call(ctx context.Context, r *proto.Routing, node proto.NodeID, 
 }
 
 // callInto sends one request to a storage node, its reply's data going
-// to sink.
+// to sink (nil: a reply without data). For reads, which have other
+// replicas to go to: a new connection gets the connect hedge.
 func (c *Client) callInto(ctx context.Context, r *proto.Routing, node proto.NodeID, method uint16, req any, resp any, sink transport.Sink) error {
 	addr := r.NodeAddr(node)
 	if addr == "" {
@@ -476,7 +477,7 @@ func (c *Client) ListChunks(ctx context.Context, chain ChainID, inode uint64) ([
 		}
 		t := ok[rand.IntN(len(ok))]
 		var resp proto.ListChunksResp
-		if _, err := c.call(ctx, r, t.Node, proto.MListChunks, proto.ListChunksReq{Chain: chain, ChainVer: ch.Version, Target: t.ID, Inode: inode}, nil, &resp); err != nil {
+		if err := c.callInto(ctx, r, t.Node, proto.MListChunks, proto.ListChunksReq{Chain: chain, ChainVer: ch.Version, Target: t.ID, Inode: inode}, &resp, nil); err != nil {
 			return err
 		}
 		out = out[:0]
