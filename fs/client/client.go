@@ -87,6 +87,7 @@ type nodeLoad struct {
 	// (unix nanos); reads prefer replicas that are not clearly slower.
 	latency   atomic.Int64
 	latencyAt atomic.Int64
+	reads     atomic.Int64 // batched read requests sent to the node
 	// noLocal: this node's chunk files are not readable here (permission
 	// denied, or maxLocalFails local reads in a row failed): no more
 	// local reads from it.
@@ -781,6 +782,7 @@ func (c *Client) readAttempt(ctx context.Context, r *proto.Routing, reads []Chun
 
 func (c *Client) readBatch(ctx context.Context, r *proto.Routing, reads []ChunkRead, b *batch) error {
 	c.countReadRequest(len(b.ios), b.bytes)
+	c.node(b.node).reads.Add(1)
 	req := proto.BatchReadReq{IOs: b.ios}
 	for _, io := range b.ios {
 		if io.Local {

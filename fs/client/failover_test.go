@@ -5,8 +5,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -194,5 +197,125 @@ func TestUnreachableReplica(t *testing.T) {
 		if !strings.Contains(err.Error(), s) {
 			t.Errorf("error %q does not say %q", err, s)
 		}
+	}
+}
+
+// slowProxy forwards connections to addr; once slow is set, it holds
+// every piece of the server's answers for delay: a replica behind a slow
+// link.
+func slowProxy(t *testing.T, addr string, delay time.Duration, slow *atomic.Bool) string {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var conns []net.Conn // guarded by mu
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			up, err := net.Dial("tcp", addr)
+			if err != nil {
+				c.Close()
+				continue
+			}
+			mu.Lock()
+			conns = append(conns, c, up)
+			mu.Unlock()
+			wg.Add(2)
+			go func() { defer wg.Done(); io.Copy(up, c); up.Close() }()
+			go func() {
+				defer wg.Done()
+				buf := make([]byte, 256<<10)
+				for {
+					n, err := up.Read(buf)
+					if n > 0 {
+						if slow.Load() {
+							time.Sleep(delay)
+						}
+						if _, werr := c.Write(buf[:n]); werr != nil {
+							break
+						}
+					}
+					if err != nil {
+						break
+					}
+				}
+				c.Close()
+			}()
+		}
+	}()
+	t.Cleanup(func() {
+		ln.Close()
+		mu.Lock()
+		for _, c := range conns {
+			c.Close()
+		}
+		mu.Unlock()
+		wg.Wait()
+	})
+	return ln.Addr().String()
+}
+
+// TestSlowReplicaPassedOver: with one replica behind a link that holds
+// every answer for a second, reads go to the others: the slow one gets a
+// few requests (the first, and one after its latency sample goes stale),
+// not the third of them its chunks' affinity would send it.
+func TestSlowReplicaPassedOver(t *testing.T) {
+	c := startInproc(t)
+	ctx := context.Background()
+	cl := c.dial(t, Options{RetryTimeout: 30 * time.Second, RefreshInterval: time.Hour})
+	const n = 90
+	for i := 0; i < n; i++ {
+		if err := cl.WriteChunk(ctx, cl.Chains()[i%2], ChunkID{Inode: 5, Index: uint64(i)}, 0, bytes.Repeat([]byte{byte(i)}, 4096)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r := *cl.Routing()
+	r.Version += 1000
+	r.Nodes = append([]proto.Node(nil), r.Nodes...)
+	var slow atomic.Bool
+	for i := range r.Nodes {
+		if r.Nodes[i].ID == 2 {
+			r.Nodes[i].Addr = slowProxy(t, r.Nodes[i].Addr, time.Second, &slow)
+		}
+	}
+	cl = c.dial(t, Options{RetryTimeout: 30 * time.Second, RefreshInterval: time.Hour, NoLocalReads: true})
+	cl.setRouting(&r)
+	// Connected to every node first (the connect hedge is another test's),
+	// then node 2's link turns slow.
+	for _, nd := range r.Nodes {
+		if _, err := cl.connect(ctx, nd.Addr, cl.node(nd.ID), false); err != nil {
+			t.Fatal(err)
+		}
+	}
+	slow.Store(true)
+	prefer2 := 0
+	for i := 0; i < n; i++ {
+		id := ChunkID{Inode: 5, Index: uint64(i)}
+		ch := r.Chain(cl.Chains()[i%2])
+		if ch.Targets[chunkHash(id)%uint64(len(ch.Targets))].Node == 2 {
+			prefer2++
+		}
+		rd := []ChunkRead{{Chain: ch.ID, Chunk: id, Buf: make([]byte, 4096)}}
+		if err := cl.ReadChunks(ctx, rd); err != nil {
+			t.Fatal(err)
+		}
+		if rd[0].N != 4096 || rd[0].Buf[0] != byte(i) {
+			t.Fatalf("chunk %d: other bytes", i)
+		}
+	}
+	got := cl.node(2).reads.Load()
+	t.Logf("%d of %d chunks prefer the slow replica; it got %d requests", prefer2, n, got)
+	if prefer2 < 10 {
+		t.Skipf("only %d chunks prefer node 2", prefer2)
+	}
+	if got > 5 {
+		t.Fatalf("the slow replica got %d requests (of %d chunks preferring it)", got, prefer2)
 	}
 }
