@@ -126,9 +126,6 @@ func (n *nodeLoad) avoid() bool { return n.suspect() || n.dialing.Load() }
 // slower than slowFloor, then the fastest takes it. A pure function, so
 // the rule is tested by tables.
 func preferFast(lat []time.Duration, pick int) int {
-	if true {
-		return pick
-	}
 	best := -1
 	for i, l := range lat {
 		if l > 0 && (best < 0 || l < lat[best]) {

@@ -264,8 +264,9 @@ func slowProxy(t *testing.T, addr string, delay time.Duration, slow *atomic.Bool
 
 // TestSlowReplicaPassedOver: with one replica behind a link that holds
 // every answer for a second, reads go to the others: the slow one gets a
-// few requests (the first, and one after its latency sample goes stale),
-// not the third of them its chunks' affinity would send it.
+// few requests (until the others have latency samples, and one each time
+// its own sample goes stale), not every read of the chunks whose affinity
+// picks it.
 func TestSlowReplicaPassedOver(t *testing.T) {
 	c := startInproc(t)
 	ctx := context.Background()
@@ -315,7 +316,8 @@ func TestSlowReplicaPassedOver(t *testing.T) {
 	if prefer2 < 10 {
 		t.Skipf("only %d chunks prefer node 2", prefer2)
 	}
-	if got > 5 {
+	// Without preferFast it gets one per chunk preferring it.
+	if 3*got > int64(prefer2) {
 		t.Fatalf("the slow replica got %d requests (of %d chunks preferring it)", got, prefer2)
 	}
 }
