@@ -332,9 +332,6 @@ func (c *Client) callRelease(ctx context.Context, r *proto.Routing, node proto.N
 	nl := c.node(node)
 	conn, err := c.connect(ctx, addr, nl, false)
 	if err != nil {
-		if !errors.Is(err, context.Canceled) {
-			nl.failed()
-		}
 		return nil, nil, err
 	}
 	out, release, err := conn.CallRelease(ctx, method, req, data, resp)

@@ -147,11 +147,14 @@ var errSlowConnect = transport.ErrTimeout
 // retryable timeout at once and the dial carries on in the background
 // (owned by the client, stopped by Close): the read goes to another
 // replica meanwhile, and later ones use the connection if it comes up.
+// A failed dial backs the node off.
 func (c *Client) connect(ctx context.Context, addr string, n *nodeLoad, hedge bool) (*transport.Conn, error) {
 	if !hedge || n.connected.Load() {
 		conn, err := c.pool.Get(ctx, addr)
 		if err == nil {
 			n.connected.Store(true)
+		} else if !errors.Is(err, context.Canceled) {
+			n.failed()
 		}
 		return conn, err
 	}
