@@ -19,7 +19,8 @@ import (
 
 // nsCluster is a cluster on emulated hosts (network namespaces): host 0
 // runs mgmtd and a metadata server, hosts 1..3 one storage service each
-// (targetsPer targets), host 4 is the client's.
+// (targetsPer targets), host 4 is the client's. Heartbeats every 200 ms,
+// a 4 s fail timeout: a loaded CI machine does not make nodes flap.
 type nsCluster struct {
 	t         *testing.T
 	nn        *netnet
@@ -40,7 +41,7 @@ func startNSCluster(t *testing.T, targetsPer int) *nsCluster {
 	cdir := filepath.Join(dir, "cluster")
 	c := &nsCluster{t: t, nn: nn, dir: dir, tokenFile: filepath.Join(cdir, "token"), storage: map[int]*nsProc{}}
 	mg := startNS(t, nn.cmd(0, "fs", "mgmtd", "--dir", cdir, "--listen", nn.ip(0)+":7000", "--replicas", "3",
-		"--expect-targets", fmt.Sprint(3*targetsPer), "--heartbeat", "100ms", "--fail-timeout", "1s", "--chunk-size", "1MiB"),
+		"--expect-targets", fmt.Sprint(3*targetsPer), "--heartbeat", "200ms", "--fail-timeout", "4s", "--chunk-size", "1MiB"),
 		filepath.Join(dir, "mgmtd.log"))
 	c.url = mg.line()
 	var spec string
@@ -56,7 +57,7 @@ func startNSCluster(t *testing.T, targetsPer int) *nsCluster {
 	}
 	for i := 1; i <= 3; i++ {
 		args := []string{"fs", "storage", "--mgmtd", c.url, "--node", fmt.Sprint(i), "--token-file", c.tokenFile,
-			"--listen", nn.ip(i) + ":7100", "--heartbeat", "100ms", "--fail-timeout", "1s", "--no-local-reads"}
+			"--listen", nn.ip(i) + ":7100", "--heartbeat", "200ms", "--fail-timeout", "4s", "--no-local-reads"}
 		for j := 1; j <= targetsPer; j++ {
 			args = append(args, "--target", filepath.Join(dir, fmt.Sprintf("storage-%d", i), fmt.Sprintf("t%d", j)))
 		}
@@ -70,6 +71,7 @@ func startNSCluster(t *testing.T, targetsPer int) *nsCluster {
 
 // nsStatus is the part of `fs status --json` the tests read.
 type nsStatus struct {
+	RoutingVersion uint64 `json:"routing_version"`
 	Chains []struct {
 		ID      int
 		Targets []struct {
@@ -245,7 +247,13 @@ func TestClientFailoverUnreachableReplica(t *testing.T) {
 	randomFile(t, filepath.Join(c.dir, "b.bin"), 3<<20)
 	out, code := c.run([]string{"FFKIT_RETRY_WINDOW=3s"}, "fs", "put", "--token-file", c.tokenFile, filepath.Join(c.dir, "b.bin"), c.url+"/b.bin")
 	if code != 3 || !strings.Contains(out, addr) || !strings.Contains(out, "unreachable from this client") {
-		t.Errorf("put through an unreachable head with a 3 s window: exit %d (want 3, naming %s):\n%s", code, addr, out)
+		// Only mgmtd moving the head away (the node missed heartbeats on
+		// a loaded machine) lets the put through.
+		if st2, err := c.status(); code == 0 && err == nil && st2.RoutingVersion != st.RoutingVersion {
+			t.Logf("the routing changed during the put (v%d -> v%d): it went through another head", st.RoutingVersion, st2.RoutingVersion)
+		} else {
+			t.Errorf("put through an unreachable head with a 3 s window: exit %d (want 3, naming %s):\n%s", code, addr, out)
+		}
 	}
 
 	// The same put with the default window: it waits, and succeeds once
