@@ -28,6 +28,7 @@ type nsCluster struct {
 	url       string
 	tokenFile string
 	storage   map[int]*nsProc
+	storArgs  map[int][]string // how storage host i was started
 }
 
 const nsClient = 4
@@ -39,7 +40,7 @@ func startNSCluster(t *testing.T, targetsPer int) *nsCluster {
 	t.Setenv("XDG_CONFIG_HOME", filepath.Join(dir, "config"))
 	t.Setenv("FFKIT_TOKEN", "")
 	cdir := filepath.Join(dir, "cluster")
-	c := &nsCluster{t: t, nn: nn, dir: dir, tokenFile: filepath.Join(cdir, "token"), storage: map[int]*nsProc{}}
+	c := &nsCluster{t: t, nn: nn, dir: dir, tokenFile: filepath.Join(cdir, "token"), storage: map[int]*nsProc{}, storArgs: map[int][]string{}}
 	mg := startNS(t, nn.cmd(0, "fs", "mgmtd", "--dir", cdir, "--listen", nn.ip(0)+":7000", "--replicas", "3",
 		"--expect-targets", fmt.Sprint(3*targetsPer), "--heartbeat", "200ms", "--fail-timeout", "4s", "--chunk-size", "1MiB"),
 		filepath.Join(dir, "mgmtd.log"))
@@ -61,6 +62,7 @@ func startNSCluster(t *testing.T, targetsPer int) *nsCluster {
 		for j := 1; j <= targetsPer; j++ {
 			args = append(args, "--target", filepath.Join(dir, fmt.Sprintf("storage-%d", i), fmt.Sprintf("t%d", j)))
 		}
+		c.storArgs[i] = args
 		c.storage[i] = startNS(t, nn.cmd(i, args...), filepath.Join(dir, fmt.Sprintf("storage-%d.log", i)))
 	}
 	startNS(t, nn.cmd(0, "fs", "meta", "--mgmtd", c.url, "--kv", spec, "--token-file", c.tokenFile, "--listen", nn.ip(0)+":0"),
@@ -69,10 +71,35 @@ func startNSCluster(t *testing.T, targetsPer int) *nsCluster {
 	return c
 }
 
+// restartStorage starts storage host i's service again (its n-th
+// restart, logged to storage-i.n.log).
+func (c *nsCluster) restartStorage(i, n int) {
+	c.storage[i] = startNS(c.t, c.nn.cmd(i, c.storArgs[i]...), filepath.Join(c.dir, fmt.Sprintf("storage-%d.%d.log", i, n)))
+}
+
+func execCombined(name string, args ...string) ([]byte, error) {
+	return exec.Command(name, args...).CombinedOutput()
+}
+
+// firstPut puts local file src at path: the metadata server learns the
+// chain table on its next routing refresh, so this retries until it has.
+func (c *nsCluster) firstPut(src, path string) {
+	c.t.Helper()
+	for deadline := time.Now().Add(2 * time.Minute); ; time.Sleep(200 * time.Millisecond) {
+		out, code := c.run(nil, "fs", "put", "--token-file", c.tokenFile, src, c.url+path)
+		if code == 0 {
+			return
+		}
+		if !strings.Contains(out, "no chains yet") || time.Now().After(deadline) {
+			c.t.Fatalf("fs put: exit %d\n%s", code, out)
+		}
+	}
+}
+
 // nsStatus is the part of `fs status --json` the tests read.
 type nsStatus struct {
 	RoutingVersion uint64 `json:"routing_version"`
-	Chains []struct {
+	Chains         []struct {
 		ID      int
 		Targets []struct {
 			ID    int
@@ -174,17 +201,7 @@ func TestClientFailoverUnreachableReplica(t *testing.T) {
 	}
 	c := startNSCluster(t, 2)
 	data := randomFile(t, filepath.Join(c.dir, "a.bin"), 6<<20+4321) // chunks on every chain
-	// The metadata server learns the chain table on its next routing
-	// refresh: retry the first put until it has.
-	for deadline := time.Now().Add(2 * time.Minute); ; time.Sleep(200 * time.Millisecond) {
-		out, code := c.run(nil, "fs", "put", "--token-file", c.tokenFile, filepath.Join(c.dir, "a.bin"), c.url+"/a.bin")
-		if code == 0 {
-			break
-		}
-		if !strings.Contains(out, "no chains yet") || time.Now().After(deadline) {
-			t.Fatalf("fs put: exit %d\n%s", code, out)
-		}
-	}
+	c.firstPut(filepath.Join(c.dir, "a.bin"), "/a.bin")
 	st := c.waitServing(3, 6)
 	victim := 0
 	for _, tg := range st.Chains[0].Targets {
