@@ -259,6 +259,10 @@ func TestClientFailoverUnreachableReplica(t *testing.T) {
 		t.Error(err)
 	}
 
+	if base := os.Getenv("FFKIT_FAILOVER_BASELINE"); base != "" {
+		c.compareGets(base, "/a.bin", 7)
+	}
+
 	// A put needing the unreachable head, with a 3 s retry window: exit 3,
 	// and the error says which head cannot be reached.
 	randomFile(t, filepath.Join(c.dir, "b.bin"), 3<<20)
@@ -298,4 +302,31 @@ func TestClientFailoverUnreachableReplica(t *testing.T) {
 	if b, _ := os.ReadFile(got); !bytes.Equal(b, want) {
 		t.Fatal("c.bin: other bytes")
 	}
+}
+
+// compareGets times gets of path from the client host with this ffkit and
+// with another binary (FFKIT_FAILOVER_BASELINE, e.g. one built from an
+// older commit), alternating, and logs the medians and their ratio.
+func (c *nsCluster) compareGets(base, path string, rounds int) {
+	c.t.Helper()
+	var ours, theirs []float64
+	for r := 0; r < rounds; r++ {
+		for _, bin := range []string{ffkitBin, base} {
+			dst := filepath.Join(c.dir, "cmp.bin")
+			cmd := exec.Command("nsenter", "--net=/run/netns/"+c.nn.hosts[nsClient], bin, "fs", "get", "--token-file", c.tokenFile, c.url+path, dst)
+			start := time.Now()
+			if out, err := cmd.CombinedOutput(); err != nil {
+				c.t.Fatalf("%s fs get: %v: %s", bin, err, out)
+			}
+			d := time.Since(start).Seconds()
+			if bin == ffkitBin {
+				ours = append(ours, d)
+			} else {
+				theirs = append(theirs, d)
+			}
+		}
+	}
+	mo, mt := median(ours), median(theirs)
+	c.t.Logf("fs get of %s with one replica host unreachable, median of %d alternating runs: this ffkit %.2f s, baseline %s %.2f s (%.2fx faster)",
+		path, rounds, mo, base, mt, mt/mo)
 }
