@@ -92,7 +92,9 @@ directories under DIR/storage-N, chains of --replicas targets.
 
 The first line on stdout is the cluster URL, ffkit://HOST:PORT, printed only
 once the cluster is ready (every target serving, every service answering);
-then one line per process, "pid NAME PID" (mgmtd, storage-N, meta-N). Ctrl-C or SIGTERM stops everything. A later
+then one line per process, "pid NAME PID" (mgmtd, storage-N, meta-N). A metadata
+server that dies is started again (logged on stderr); a storage process is
+not. Ctrl-C or SIGTERM stops everything. A later
 'ffkit fs up --dir DIR' brings the same cluster back with its data, on the
 same URL (the shape flags are then taken from DIR/cluster.json).
 

@@ -27,7 +27,7 @@ func (o *Options) defaults() {
 		o.Name = "client"
 	}
 	if o.RetryTimeout <= 0 {
-		o.RetryTimeout = 60 * time.Second
+		o.RetryTimeout = RetryWindow()
 	}
 	if o.RequestTimeout <= 0 {
 		o.RequestTimeout = 10 * time.Second
@@ -61,17 +61,33 @@ type Client struct {
 	nodes sync.Map // proto.NodeID -> *nodeLoad, read on every span of every read
 
 	refreshMu sync.Mutex // one routing fetch at a time
-	cancel    context.CancelFunc
-	wg        sync.WaitGroup
+	// bgctx is cancelled by Close; the background refresh and dials
+	// (connect) run under it and are counted in wg.
+	bgctx  context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
 }
 
 type nodeLoad struct {
 	sem      chan struct{} // bounds requests in flight to the node
 	inflight atomic.Int64  // bytes being read from the node (load balance)
 	// suspectUntil (unix nanos): the node just failed at the transport
-	// level (dead, unreachable); reads avoid it until then, so that every
-	// batch does not pay a timeout before mgmtd reacts.
+	// level (dead, unreachable from here); reads avoid it until then, so
+	// that every batch does not pay a timeout before mgmtd reacts (or
+	// forever, when only this client cannot reach it). fails counts such
+	// failures in a row: the interval grows with it (failover.go).
 	suspectUntil atomic.Int64
+	fails        atomic.Int32
+	// connected: a connection to the node was made and has not failed
+	// since; otherwise reads dial with the connect hedge. dialing: such
+	// a dial is in progress.
+	connected atomic.Bool
+	dialing   atomic.Bool
+	// latency (ns): EWMA of batch read round trips, sampled at latencyAt
+	// (unix nanos); reads prefer replicas that are not clearly slower.
+	latency   atomic.Int64
+	latencyAt atomic.Int64
+	reads     atomic.Int64 // batched read requests sent to the node
 	// noLocal: this node's chunk files are not readable here (permission
 	// denied, or maxLocalFails local reads in a row failed): no more
 	// local reads from it.
@@ -104,12 +120,13 @@ func Dial(ctx context.Context, addrs []string, opts Options) (*Client, error) {
 	c := &Client{opts: opts, mgmtd: addrs,
 		pool:     transport.NewPool(transport.Options{Token: opts.Token, Name: opts.Name, Faults: transport.FaultsFromEnv(), Trust: opts.Trust, TLSLoopback: opts.TLSLoopback}),
 		clientID: rand.Uint64() | 1}
+	c.bgctx, c.cancel = context.WithCancel(context.Background())
 	if err := c.refresh(ctx); err != nil {
+		c.cancel()
 		c.pool.Close()
 		return nil, err
 	}
-	bctx, cancel := context.WithCancel(context.Background())
-	c.cancel = cancel
+	bctx := c.bgctx
 	c.wg.Add(1)
 	go func() {
 		defer c.wg.Done()
@@ -213,7 +230,10 @@ func (c *Client) Status(ctx context.Context) (*proto.StatusResp, error) {
 func (c *Client) setRouting(r *proto.Routing) {
 	for {
 		old := c.routing.Load()
-		if old != nil && r.Version <= old.Version {
+		// The metadata servers' list is not versioned (a restarted
+		// server registers on a new port without a routing change):
+		// take it from an answer of the same version too.
+		if old != nil && (r.Version < old.Version || r.Version == old.Version && slices.Equal(r.Meta, old.Meta)) {
 			return
 		}
 		if c.routing.CompareAndSwap(old, r) {
@@ -286,20 +306,21 @@ func (c *Client) call(ctx context.Context, r *proto.Routing, node proto.NodeID, 
 }
 
 // callInto sends one request to a storage node, its reply's data going
-// to sink.
+// to sink (nil: a reply without data). For reads, which have other
+// replicas to go to: a new connection gets the connect hedge.
 func (c *Client) callInto(ctx context.Context, r *proto.Routing, node proto.NodeID, method uint16, req any, resp any, sink transport.Sink) error {
 	addr := r.NodeAddr(node)
 	if addr == "" {
 		return fmt.Errorf("%w: node %d has no address", proto.ErrTargetOffline, node)
 	}
-	conn, err := c.pool.Get(ctx, addr)
+	nl := c.node(node)
+	conn, err := c.connect(ctx, addr, nl, true)
 	if err != nil {
 		return err
 	}
+	start := time.Now()
 	err = conn.CallInto(ctx, method, req, nil, resp, sink)
-	if err != nil && errors.Is(err, context.DeadlineExceeded) {
-		c.pool.Drop(addr) // maybe partitioned or stuck: dial afresh next time
-	}
+	c.observe(nl, addr, start, err)
 	return err
 }
 
@@ -308,15 +329,36 @@ func (c *Client) callRelease(ctx context.Context, r *proto.Routing, node proto.N
 	if addr == "" {
 		return nil, nil, fmt.Errorf("%w: node %d has no address", proto.ErrTargetOffline, node)
 	}
-	conn, err := c.pool.Get(ctx, addr)
+	nl := c.node(node)
+	conn, err := c.connect(ctx, addr, nl, false)
 	if err != nil {
 		return nil, nil, err
 	}
 	out, release, err := conn.CallRelease(ctx, method, req, data, resp)
-	if err != nil && errors.Is(err, context.DeadlineExceeded) {
-		c.pool.Drop(addr) // maybe partitioned or stuck: dial afresh next time
-	}
+	c.observe(nl, addr, time.Time{}, err)
 	return out, release, err
+}
+
+// observe records how a request to node nl (at addr) ended: an answer
+// (an error reply included) clears its backoff and, if start is set,
+// feeds its latency; a transport failure backs it off, and a timeout
+// also drops the connection (maybe partitioned or stuck: dial afresh).
+func (c *Client) observe(nl *nodeLoad, addr string, start time.Time, err error) {
+	var re *transport.RemoteError
+	switch {
+	case err == nil || errors.As(err, &re):
+		var d time.Duration
+		if !start.IsZero() {
+			d = time.Since(start)
+		}
+		nl.succeeded(d)
+	case errors.Is(err, context.Canceled):
+	default:
+		nl.failed()
+		if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, transport.ErrTimeout) {
+			c.pool.Drop(addr)
+		}
+	}
 }
 
 func (c *Client) chain(r *proto.Routing, id ChainID) (*proto.Chain, error) {
@@ -355,8 +397,21 @@ func (c *Client) update(ctx context.Context, what string, req proto.WriteReq, da
 		req.ChainVer = ch.Version
 		var resp proto.WriteResp
 		_, err = c.call(ctx, r, head.Node, proto.MWrite, req, [][]byte{data}, &resp)
-		return err
+		return headErr(r, ch, head, err)
 	})
+}
+
+// headErr names the chain head a write could not reach: writes enter at
+// the head only, so a head this client cannot reach (while mgmtd, which
+// reaches it, keeps it there) stops writes to its chain from here until
+// the routing changes or the retry window ends.
+func headErr(r *proto.Routing, ch *proto.Chain, head proto.ChainTarget, err error) error {
+	var re *transport.RemoteError
+	if err == nil || errors.As(err, &re) || errors.Is(err, context.Canceled) {
+		return err
+	}
+	return fmt.Errorf("chain %d's head, target %d on node %d (%s), is unreachable from this client (writes enter at the head; waiting for it or for a routing change): %w",
+		ch.ID, head.ID, head.Node, r.NodeAddr(head.Node), err)
 }
 
 // WriteChunk writes data at off in one chunk; see the package comment.
@@ -391,7 +446,7 @@ func (c *Client) RemoveChunks(ctx context.Context, chain ChainID, inode, fromInd
 		}
 		req.ChainVer = ch.Version
 		_, err = c.call(ctx, r, head.Node, proto.MRemove, req, nil, nil)
-		return err
+		return headErr(r, ch, head, err)
 	})
 }
 
@@ -407,9 +462,20 @@ func (c *Client) ListChunks(ctx context.Context, chain ChainID, inode uint64) ([
 		if len(rd) == 0 {
 			return fmt.Errorf("%w: chain %d has no serving target", proto.ErrTargetOffline, ch.ID)
 		}
-		t := rd[rand.IntN(len(rd))]
+		// A random serving replica, one this client can reach if any.
+		var okBuf [8]proto.ChainTarget
+		ok := okBuf[:0]
+		for _, t := range rd {
+			if !c.node(t.Node).avoid() {
+				ok = append(ok, t)
+			}
+		}
+		if len(ok) == 0 {
+			ok = rd
+		}
+		t := ok[rand.IntN(len(ok))]
 		var resp proto.ListChunksResp
-		if _, err := c.call(ctx, r, t.Node, proto.MListChunks, proto.ListChunksReq{Chain: chain, ChainVer: ch.Version, Target: t.ID, Inode: inode}, nil, &resp); err != nil {
+		if err := c.callInto(ctx, r, t.Node, proto.MListChunks, proto.ListChunksReq{Chain: chain, ChainVer: ch.Version, Target: t.ID, Inode: inode}, &resp, nil); err != nil {
 			return err
 		}
 		out = out[:0]
@@ -559,6 +625,7 @@ type batch struct {
 func (c *Client) readAttempt(ctx context.Context, r *proto.Routing, reads []ChunkRead, spans []*span) error {
 	batches := map[proto.NodeID][]*batch{}
 	var firstErr error
+	now := time.Now().UnixNano()
 	for _, sp := range spans {
 		if sp.done {
 			continue
@@ -582,7 +649,7 @@ func (c *Client) readAttempt(ctx context.Context, r *proto.Routing, reads []Chun
 		var okBuf [8]proto.ChainTarget
 		ok := okBuf[:0]
 		for _, t := range cands {
-			if !sp.failed[t.ID] && !c.node(t.Node).suspect() {
+			if !sp.failed[t.ID] && !c.node(t.Node).avoid() {
 				ok = append(ok, t)
 			}
 		}
@@ -619,12 +686,26 @@ func (c *Client) readAttempt(ctx context.Context, r *proto.Routing, reads []Chun
 		// reads of it find it in that replica's page cache and the hosts
 		// cache one copy of it, not three; a replica with clearly less
 		// work queued (affinitySlack) takes the read instead.
-		best := ok[chunkHash(sp.chunk)%uint64(len(ok))]
+		pick := int(chunkHash(sp.chunk) % uint64(len(ok)))
+		best := ok[pick]
 		bl := c.node(best.Node).inflight.Load() - affinitySlack
 		for _, t := range ok {
 			if l := c.node(t.Node).inflight.Load(); l < bl {
 				best, bl = t, l
 			}
+		}
+		// A clearly slow replica (a throttled host, a congested link)
+		// gives its reads to a faster one.
+		if len(ok) > 1 {
+			var latBuf [8]time.Duration
+			lat := latBuf[:0]
+			for i, t := range ok {
+				lat = append(lat, c.node(t.Node).recentLatency(now))
+				if t == best {
+					pick = i
+				}
+			}
+			best = ok[preferFast(lat, pick)]
 		}
 		sums := true
 		if sp.verifyAt != 0 {
@@ -698,6 +779,7 @@ func (c *Client) readAttempt(ctx context.Context, r *proto.Routing, reads []Chun
 
 func (c *Client) readBatch(ctx context.Context, r *proto.Routing, reads []ChunkRead, b *batch) error {
 	c.countReadRequest(len(b.ios), b.bytes)
+	c.node(b.node).reads.Add(1)
 	req := proto.BatchReadReq{IOs: b.ios}
 	for _, io := range b.ios {
 		if io.Local {
@@ -781,10 +863,6 @@ func (c *Client) readBatch(ctx context.Context, r *proto.Routing, reads []ChunkR
 	if err != nil {
 		for i, sp := range b.spans {
 			sp.fail(b.ios[i].Target)
-		}
-		var re *transport.RemoteError
-		if !errors.As(err, &re) && !errors.Is(err, context.Canceled) {
-			c.node(b.node).suspectUntil.Store(time.Now().Add(2 * time.Second).UnixNano())
 		}
 		return err
 	}

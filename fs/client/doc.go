@@ -29,7 +29,9 @@
 //	// how many bytes came from stored data. Requests are grouped per storage
 //	// service, neighbouring ranges of one chunk merged into one read, with
 //	// bounded requests in flight per service, and fail over to another replica
-//	// (a service that just failed is avoided for 2 s). Reply data is received
+//	// (a service that failed is avoided for a growing interval, a dial that
+//	// takes over 300 ms sends the read elsewhere, and clearly slower replicas
+//	// are passed over: failover.go). Reply data is received
 //	// straight into the callers' buffers. Block-aligned reads of 64 KiB or
 //	// more are checksummed here (CRC32C per 4 KiB block, sent by the
 //	// target with the bytes, which it sends from its page cache unread) as
@@ -62,8 +64,9 @@
 //	b, err := c.ReadReplica(ctx, chain, targetID, id, off, n)
 //
 // Errors: every method retries through reconfiguration (a dead or
-// restarting storage service, a routing change) for Options.RetryTimeout
-// (default 60 s) and then fails with an error that errors.Is
+// restarting storage service, a routing change, a chain head this client
+// cannot reach) for Options.RetryTimeout (default FFKIT_RETRY_WINDOW, else
+// 60 s) and then fails with an error that errors.Is
 // fs.ErrUnavailable. A full target fails writes with fs.ErrNoSpace. Bad
 // arguments (a range past MaxChunkSize, an unknown chain) fail at once with
 // ErrBadRequest (errkind.Usage).

@@ -59,8 +59,11 @@ func startInproc(t testing.TB) *inproc {
 func startInprocWith(t testing.TB, tweak func(node int, c *storage.Config)) *inproc {
 	t.Helper()
 	c := &inproc{dir: t.TempDir()}
+	// A 2 s fail timeout: with less, a loaded CI machine (load 50 on 2
+	// cores) made every storage service fence itself at once now and then,
+	// reordering chains under the tests' feet.
 	c.mopts = mgmtd.Options{Token: "tok", Store: memkv.New(memkv.Options{}), Replicas: 3, ExpectTargets: 6,
-		HeartbeatInterval: 50 * time.Millisecond, FailTimeout: 500 * time.Millisecond, UpdateInterval: 20 * time.Millisecond,
+		HeartbeatInterval: 100 * time.Millisecond, FailTimeout: 2 * time.Second, UpdateInterval: 20 * time.Millisecond,
 		Logf: func(f string, a ...any) { t.Logf(f, a...) }}
 	var err error
 	c.m, err = mgmtd.Start(context.Background(), c.mopts)

@@ -116,7 +116,7 @@ func Open(ctx context.Context, authority string, opts Options) (*FS, error) {
 		opts.WriteBehind = 64 << 20
 	}
 	if opts.RetryTimeout <= 0 {
-		opts.RetryTimeout = 60 * time.Second
+		opts.RetryTimeout = client.RetryWindow()
 	}
 	cc, err := client.Dial(ctx, addrs, client.Options{Token: opts.Token, Trust: opts.Trust, RetryTimeout: opts.RetryTimeout, NoLocalReads: opts.NoLocalReads})
 	if err != nil {
