@@ -47,6 +47,12 @@ type Job struct {
 	// hash-partitioned by the same columns into the same partitions; the
 	// query sees it as the table input2 (SmallPond's partial SQL join).
 	JoinInputs []string `json:"join,omitempty"`
+	// Broadcast: the query sees all of JoinInputs as input2 in every
+	// partition (a small side joined to each partition of a big one).
+	// Without it, PartitionBy "parts" gives input2 the same partition of
+	// the join input (co-partitioned), and "hash:"/"column:" shuffle it
+	// alike.
+	Broadcast bool `json:"broadcast,omitempty"`
 	// Columns is the output select list: columns and computed expressions
 	// with optional AS names ("a, b, x * 2 AS y"). Empty: every column.
 	Columns string `json:"columns,omitempty"`
@@ -204,6 +210,9 @@ func (j *Job) Validate() error {
 	if len(j.JoinInputs) > 0 && j.SQL == "" {
 		return fmt.Errorf("%w: a join input needs --sql (the query sees it as input2)", ErrUsage)
 	}
+	if j.Broadcast && (len(j.JoinInputs) == 0 || len(j.keyColumns()) > 0) {
+		return fmt.Errorf("%w: broadcast needs a join input and no hash: or column: partitioning", ErrUsage)
+	}
 	if j.Format == FormatFFRecord && j.SampleColumn == "" {
 		return fmt.Errorf("%w: --format ffrecord needs --sample-column", ErrUsage)
 	}
@@ -309,7 +318,7 @@ func (r *runner) compile() error {
 	j := &r.job
 	if j.PartitionBy == "parts" {
 		for _, src := range []*Source{r.src, r.src2} {
-			if src != nil {
+			if src != nil && (src == r.src || !j.Broadcast) {
 				if err := checkParts(src, j.Partitions); err != nil {
 					return err
 				}
@@ -465,6 +474,9 @@ func (r *runner) fingerprint(ctx context.Context) (string, error) {
 		"group_by": j.GroupBy, "aggs": j.Aggs, "sql": j.SQL, "partition_by": j.PartitionBy,
 		"partitions": j.Partitions, "format": j.Format, "sample_column": j.SampleColumn,
 		"shard_size": j.ShardSize, "row_group_rows": j.RowGroupRows, "output": j.Output,
+	}
+	if j.Broadcast {
+		doc["broadcast"] = true
 	}
 	if j.Salt != "" {
 		doc["salt"] = j.Salt // absent otherwise: fingerprints of plain jobs stay as they were

@@ -99,7 +99,7 @@ func (r *runner) sqlTask(p int, ranges []fileRange, par int) taskFn {
 			// input2: partition p of a co-partitioned second input
 			// (--partition-by parts), else all of it (a broadcast join)
 			by := ""
-			if r.job.PartitionBy == "parts" {
+			if r.job.PartitionBy == "parts" && !r.job.Broadcast {
 				by = "parts"
 			}
 			ranges2 := partitionRanges(r.src2, by, r.partitions)[0]

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+
+	"github.com/ffkit/ffkit/internal/errkind"
 )
 
 // A job runs in phases of independent tasks: a hash repartition's
@@ -37,7 +39,7 @@ var (
 // ErrTaskNotReady: RunTask was asked for a task that is not in the job's
 // current phase (an earlier phase has unpublished tasks), or that the job
 // does not have.
-var ErrTaskNotReady = errors.New("scan: task not runnable now")
+var ErrTaskNotReady = errkind.New(errkind.Usage, "scan: task not runnable now")
 
 // selector makes a run execute at most the task named only and record,
 // instead of running, every other task whose marker is missing.

@@ -70,7 +70,7 @@ func TestTasksOneByOneMatchDuckDB(t *testing.T) {
 		{"sql_join", "SELECT a.id, b.label FROM " + src + " a JOIN read_parquet(" + sqlString(in2) + ") b USING (k)",
 			Job{JoinInputs: []string{in2}, PartitionBy: "hash:k", Partitions: 3, SQL: "SELECT a.id, b.label FROM input a JOIN input2 b USING (k)"}, 2},
 		{"broadcast", "SELECT a.id, b.label FROM " + src + " a JOIN read_parquet(" + sqlString(in2) + ") b USING (k)",
-			Job{JoinInputs: []string{in2}, PartitionBy: "rows", Partitions: 3, SQL: "SELECT a.id, b.label FROM input a JOIN input2 b USING (k)"}, 1},
+			Job{JoinInputs: []string{in2}, Broadcast: true, PartitionBy: "rows", Partitions: 3, SQL: "SELECT a.id, b.label FROM input a JOIN input2 b USING (k)"}, 1},
 		{"single", "SELECT id FROM " + src + " WHERE id % 7 = 0",
 			Job{Columns: "id", Where: "id % 7 = 0", Output: filepath.Join(dir, "single.parquet")}, 1},
 	}
@@ -130,6 +130,15 @@ func TestPartsPartitioningJoinsCoPartitioned(t *testing.T) {
 	src := fmt.Sprintf("read_parquet(%s)", sqlString(in))
 	sameAsDuck(t, db, filepath.Join(dir, "j", "*.parquet"),
 		"SELECT x.k, count(*) AS n FROM "+src+" x JOIN "+src+" y USING (k) GROUP BY x.k")
+	// a one-partition side broadcast to each partition
+	small := filepath.Join(dir, "small")
+	if _, err := Run(bg, Job{Inputs: []string{in}, Columns: "k", Where: "k < 5", PartitionBy: "files", Workers: 2, Output: small}); err != nil {
+		t.Fatal(err)
+	}
+	bj := Job{Inputs: []string{a}, JoinInputs: []string{small}, Broadcast: true, PartitionBy: "parts", Partitions: 4, Workers: 2,
+		SQL: "SELECT input.id FROM input JOIN (SELECT DISTINCT k FROM input2) s USING (k)", Output: filepath.Join(dir, "bj")}
+	runByTasks(t, bj)
+	sameAsDuck(t, db, filepath.Join(dir, "bj", "*.parquet"), "SELECT id FROM "+src+" WHERE k < 5")
 	// a file not named by its partition is refused
 	j.Inputs, j.Output = []string{in}, filepath.Join(dir, "bad")
 	if _, err := Run(bg, j); !errors.Is(err, ErrUsage) {
