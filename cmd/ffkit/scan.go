@@ -60,7 +60,7 @@ each a scan job whose inputs may be other stages' outputs ("@NAME"), run in
 dependency order; a rerun recomputes only the stages that changed and the
 stages that read them.`,
 		Args: func(cmd *cobra.Command, args []string) error {
-			if planFile != "" || task.job != "" {
+			if planFile != "" || task.job != "" || task.pending || task.task != "" {
 				return nil // runPlan and runJobTask check
 			}
 			return cobra.MinimumNArgs(1)(cmd, args)

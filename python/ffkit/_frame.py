@@ -205,6 +205,8 @@ class DataFrame:
     def compute(self):
         """Runs the plan up to this DataFrame (stages already published are
         reused) and returns its directory."""
+        if self._node.kind == "source":
+            return self._session._run(self._go({"op": "read"})._node)  # a copy, in one partition
         return self._session._run(self._node)
 
     def write_parquet(self, path):
@@ -302,6 +304,7 @@ class Session:
         self.stages_run = []  # names of the stages that did work, in order (for tests and logs)
         self._done = set()  # node keys finished in this session
         self.task_nodes = set()  # the Ray nodes that ran tasks
+        self._fps = {}  # node key -> the fingerprint of its published output
         if executor == "ray":
             try:
                 import ray
@@ -396,6 +399,12 @@ class Session:
             job["output"] = self._dir(node)
         job["workers"] = self.workers
         job["retries"] = self.retries if self.retries > 0 else -1
+        if not refs:
+            # the fingerprints of the stages read, as `scan --plan` salts
+            # a stage: the plan_to_json file and the DataFrame agree
+            salt = [f"{i.name}={self._fps[i.key]}" for i in node.inputs if i.kind != "source"]
+            if salt:
+                job["salt"] = ",".join(salt)
         return job
 
     def _run(self, target):
@@ -417,6 +426,7 @@ class Session:
         job = json.dumps(self._job(node))
         if self.executor == "local":
             sum_ = _scan_job(job)
+            self._fps[node.key] = sum_["fingerprint"]
             return not (sum_.get("up_to_date") or sum_.get("tasks_skipped") == sum_.get("tasks"))
         import ray
 
@@ -425,6 +435,7 @@ class Session:
         while True:
             rep = json.loads(_scan_job(job, "--pending"))
             if not rep["tasks"]:
+                self._fps[node.key] = rep["summary"]["fingerprint"]
                 return ran
             ran = True
             self.task_nodes.update(ray.get([remote.remote(job, t) for t in rep["tasks"]]))
@@ -474,6 +485,7 @@ class Session:
             shutil.rmtree(out, ignore_errors=True)
             os.makedirs(work)
             _write_atomic(jobfile, json.dumps({"fingerprint": fp, "task": "job"}).encode())
+        self._fps[node.key] = fp
         todo = [p for p in range(len(parts)) if not _published(out, fp, p)]
         if not todo:
             return False
