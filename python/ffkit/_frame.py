@@ -38,6 +38,7 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 import tempfile
 
 __all__ = ["session", "Session", "DataFrame"]
@@ -568,12 +569,12 @@ def _go_task(job, task):
 
 
 def _node_id():
-    try:
-        import ray
-
-        return ray.get_runtime_context().get_node_id()
-    except Exception:  # not in Ray
+    """The Ray node running this task (None outside Ray: asking Ray then
+    would start or join a cluster)."""
+    ray = sys.modules.get("ray")
+    if ray is None or not ray.is_initialized():
         return None
+    return ray.get_runtime_context().get_node_id()
 
 
 def _marker(out, p):

