@@ -80,4 +80,3 @@ func runJobTask(cmd *cobra.Command, args []string, tf taskFlags) error {
 		sum.RowsIn, sum.RowsOut, sum.Tasks, sum.TasksSkipped, sum.Seconds, sum.Output)
 	return nil
 }
-
