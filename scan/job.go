@@ -47,6 +47,12 @@ type Job struct {
 	// hash-partitioned by the same columns into the same partitions; the
 	// query sees it as the table input2 (SmallPond's partial SQL join).
 	JoinInputs []string `json:"join,omitempty"`
+	// Broadcast: the query sees all of JoinInputs as input2 in every
+	// partition (a small side joined to each partition of a big one).
+	// Without it, PartitionBy "parts" gives input2 the same partition of
+	// the join input (co-partitioned), and "hash:"/"column:" shuffle it
+	// alike.
+	Broadcast bool `json:"broadcast,omitempty"`
 	// Columns is the output select list: columns and computed expressions
 	// with optional AS names ("a, b, x * 2 AS y"). Empty: every column.
 	Columns string `json:"columns,omitempty"`
@@ -86,7 +92,7 @@ type Job struct {
 	// Salt, if set, is mixed into the job's fingerprint. A Plan sets it to
 	// the fingerprints of the stages a stage reads, so the stage runs again
 	// whenever one of them did.
-	Salt string `json:"-"`
+	Salt string `json:"salt,omitempty"`
 	// Progress, if set, is called with rows processed and rows planned. It
 	// is called from one goroutine at a time.
 	Progress func(done, total int64) `json:"-"`
@@ -174,7 +180,7 @@ func (j *Job) Validate() error {
 		return fmt.Errorf("%w: unknown format %q (want parquet, ffrecord, csv, jsonl or arrow)", ErrUsage, j.Format)
 	}
 	switch {
-	case j.PartitionBy == "", j.PartitionBy == "files", j.PartitionBy == "rows":
+	case j.PartitionBy == "", j.PartitionBy == "files", j.PartitionBy == "rows", j.PartitionBy == "parts":
 	case strings.HasPrefix(j.PartitionBy, "hash:"):
 		if len(j.keyColumns()) == 0 {
 			return fmt.Errorf("%w: --partition-by hash: needs columns (hash:COL[,COL...])", ErrUsage)
@@ -184,7 +190,7 @@ func (j *Job) Validate() error {
 			return fmt.Errorf("%w: --partition-by %q: column: takes one integer column (column:COL)", ErrUsage, j.PartitionBy)
 		}
 	default:
-		return fmt.Errorf("%w: --partition-by %q: want files, rows, hash:COL[,COL...] or column:COL", ErrUsage, j.PartitionBy)
+		return fmt.Errorf("%w: --partition-by %q: want files, rows, parts, hash:COL[,COL...] or column:COL", ErrUsage, j.PartitionBy)
 	}
 	if j.Partitions < 0 || j.Partitions > 1<<16 {
 		return fmt.Errorf("%w: --partitions %d out of range [1, 65536]", ErrUsage, j.Partitions)
@@ -201,8 +207,11 @@ func (j *Job) Validate() error {
 	if len(j.GroupBy) > 0 && j.Aggs == "" {
 		return fmt.Errorf("%w: --group-by needs --agg", ErrUsage)
 	}
-	if len(j.JoinInputs) > 0 && (j.SQL == "" || len(j.keyColumns()) == 0) {
-		return fmt.Errorf("%w: a join input needs --sql and --partition-by hash:COLS (or column:COL)", ErrUsage)
+	if len(j.JoinInputs) > 0 && j.SQL == "" {
+		return fmt.Errorf("%w: a join input needs --sql (the query sees it as input2)", ErrUsage)
+	}
+	if j.Broadcast && (len(j.JoinInputs) == 0 || len(j.keyColumns()) > 0) {
+		return fmt.Errorf("%w: broadcast needs a join input and no hash: or column: partitioning", ErrUsage)
 	}
 	if j.Format == FormatFFRecord && j.SampleColumn == "" {
 		return fmt.Errorf("%w: --format ffrecord needs --sample-column", ErrUsage)
@@ -232,6 +241,9 @@ type runner struct {
 	work       string // user-form work directory
 	partitions int
 	sql        *sqlRunner
+	// sel, set by RunTask and PendingTasks, runs at most one task and
+	// lists the others instead of running them
+	sel *selector
 
 	mu       sync.Mutex
 	sum      Summary
@@ -243,12 +255,16 @@ type runner struct {
 // Run runs a job to completion. A rerun of the same job (same inputs,
 // query and options) skips the tasks whose output is already published.
 func Run(ctx context.Context, job Job) (*Summary, error) {
+	return run(ctx, job, nil)
+}
+
+func run(ctx context.Context, job Job, sel *selector) (*Summary, error) {
 	start := time.Now()
 	job.fill()
 	if err := job.Validate(); err != nil {
 		return nil, err
 	}
-	r := &runner{job: job, partitions: job.Partitions, progress: job.Progress}
+	r := &runner{job: job, partitions: job.Partitions, progress: job.Progress, sel: sel}
 	var err error
 	if r.src, err = OpenSource(ctx, job.Inputs, job.Workers); err != nil {
 		return nil, err
@@ -286,6 +302,7 @@ func Run(ctx context.Context, job Job) (*Summary, error) {
 		return nil, err
 	}
 	r.sum.BytesRead = r.src.BytesRead.Load()
+
 	if r.src2 != nil {
 		r.sum.BytesRead += r.src2.BytesRead.Load()
 	}
@@ -299,6 +316,15 @@ func Run(ctx context.Context, job Job) (*Summary, error) {
 
 func (r *runner) compile() error {
 	j := &r.job
+	if j.PartitionBy == "parts" {
+		for _, src := range []*Source{r.src, r.src2} {
+			if src != nil && (src == r.src || !j.Broadcast) {
+				if err := checkParts(src, j.Partitions); err != nil {
+					return err
+				}
+			}
+		}
+	}
 	hash := j.keyColumns()
 	var err error
 	if j.byValue() {
@@ -400,7 +426,9 @@ func compileQueryCols(src *Source, cols []string, where string) (*query, error) 
 			q2.readNames = append(q2.readNames, n)
 		}
 	}
-	if q2.readSchema, err = src.Schema(q2.readNames); err != nil {
+	if len(q2.readNames) == 0 {
+		q2.readSchema = arrow.NewSchema(nil, nil) // Schema(nil) is every column
+	} else if q2.readSchema, err = src.Schema(q2.readNames); err != nil {
 		return nil, err
 	}
 	if q2.whereNode != nil {
@@ -447,6 +475,9 @@ func (r *runner) fingerprint(ctx context.Context) (string, error) {
 		"partitions": j.Partitions, "format": j.Format, "sample_column": j.SampleColumn,
 		"shard_size": j.ShardSize, "row_group_rows": j.RowGroupRows, "output": j.Output,
 	}
+	if j.Broadcast {
+		doc["broadcast"] = true
+	}
 	if j.Salt != "" {
 		doc["salt"] = j.Salt // absent otherwise: fingerprints of plain jobs stay as they were
 	}
@@ -490,7 +521,8 @@ func (r *runner) prepareOutput(ctx context.Context) (bool, error) {
 				}
 			}
 		}
-		r.direct = j.Format == FormatParquet && j.SQL == "" && (r.agg != nil || (r.partitions == 1 && j.keyColumns() == nil))
+		// a task run alone (RunTask) needs its marker: never direct
+		r.direct = r.sel == nil && j.Format == FormatParquet && j.SQL == "" && (r.agg != nil || (r.partitions == 1 && j.keyColumns() == nil))
 		if r.direct {
 			return false, removeAll(ctx, r.work)
 		}
@@ -622,6 +654,14 @@ func partitionRanges(src *Source, by string, n int) [][]fileRange {
 			}
 			off += f.Rows
 		}
+	case "parts":
+		// the partition a part-PPPPP* file name says (checked by
+		// checkParts); a stage's output keeps its partitions
+		for _, f := range src.Files {
+			if p, ok := partOfName(path.Base(f.Path)); ok && p < n {
+				parts[p] = append(parts[p], fileRange{f, 0, f.Rows})
+			}
+		}
 	case "files":
 		nf := len(src.Files)
 		for p := 0; p < n; p++ {
@@ -716,6 +756,9 @@ func (r *runner) execute(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
+		if err := r.barrier(); err != nil {
+			return err
+		}
 		finals = append(finals, m)
 
 	case j.SQL != "" && hash != nil:
@@ -736,6 +779,9 @@ func (r *runner) execute(ctx context.Context) error {
 				if err != nil {
 					return err
 				}
+			}
+			if err := r.barrier(); err != nil {
+				return err
 			}
 		}
 		ms, err := r.runTasks(ctx, n, func(p int) (string, taskFn) {
@@ -763,6 +809,9 @@ func (r *runner) execute(ctx context.Context) error {
 
 	case hash != nil:
 		if err := r.shuffle(ctx, r.src, "", true); err != nil {
+			return err
+		}
+		if err := r.barrier(); err != nil {
 			return err
 		}
 		ms, err := r.readMarkers(ctx, "shuffle-")
@@ -812,6 +861,13 @@ func (r *runner) execute(ctx context.Context) error {
 		finals = append(finals, ms...)
 	}
 
+	if err := r.barrier(); err != nil {
+		return err
+	}
+	if r.sel != nil && r.sel.only != "" {
+		// finishing (merge, cleanup) is the caller's, once every task is done
+		return errTaskDone
+	}
 	var files []string
 	for _, m := range finals {
 		r.sum.RowsOut += m.Rows
@@ -846,6 +902,21 @@ func (r *runner) published(ctx context.Context, n int) bool {
 		}
 	}
 	return true
+}
+
+// checkParts checks that every input file is named part-PPPPP* with
+// PPPPP below n (--partition-by parts).
+func checkParts(src *Source, n int) error {
+	for _, f := range src.Files {
+		p, ok := partOfName(path.Base(f.Path))
+		if !ok {
+			return fmt.Errorf("%w: --partition-by parts: %s is not named part-PPPPP* (a partitioned output's file)", ErrUsage, f.Path)
+		}
+		if p >= n {
+			return fmt.Errorf("%w: --partition-by parts: %s is partition %d, outside [0, %d) (--partitions)", ErrUsage, f.Path, p, n)
+		}
+	}
+	return nil
 }
 
 // partOfName parses the partition of "part-PPPPP..." file names.
@@ -945,7 +1016,13 @@ func (r *runner) runTask(ctx context.Context, name, dest string, fn taskFn) (mar
 		r.mu.Lock()
 		r.sum.TasksSkipped++
 		r.mu.Unlock()
+		if r.sel != nil {
+			r.sel.published(name)
+		}
 		return m, nil
+	}
+	if r.sel != nil && !r.sel.take(name) {
+		return marker{}, nil
 	}
 	var err error
 	for attempt := 0; ; attempt++ {
@@ -1226,7 +1303,14 @@ func (r *runner) runAgg(ctx context.Context) (marker, error) {
 	if m, ok := r.readMarker(ctx, name); ok && !r.direct {
 		r.sum.Tasks++
 		r.sum.TasksSkipped++
+		if r.sel != nil {
+			r.sel.published(name)
+		}
 		return m, nil
+	}
+	if r.sel != nil && r.sel.only != name {
+		r.sel.take(name) // listed, not run
+		return marker{}, nil
 	}
 	j := &r.job
 	var all []unit

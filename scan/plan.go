@@ -77,6 +77,22 @@ func ParsePlan(src string, data []byte) (*Plan, error) {
 	return &p, nil
 }
 
+// ParseJob decodes one job's JSON (a plan stage's keys, without name;
+// "salt" as a plan sets it); src names it in errors. Unknown fields are
+// errors.
+func ParseJob(src string, data []byte) (Job, error) {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	var j Job
+	if err := dec.Decode(&j); err != nil {
+		return Job{}, fmt.Errorf("%w: job %s: %w", ErrUsage, src, err)
+	}
+	if dec.More() {
+		return Job{}, fmt.Errorf("%w: job %s: data after the job object", ErrUsage, src)
+	}
+	return j, nil
+}
+
 // LoadPlan reads and parses a plan file (local path or ffkit:// URL).
 func LoadPlan(ctx context.Context, file string) (*Plan, error) {
 	b, err := readAll(ctx, file)

@@ -353,6 +353,15 @@ func (q *query) readRange(ctx context.Context, u unit) (arrow.RecordBatch, error
 	if hi < 0 {
 		lo = 0
 	}
+	if q.where == nil && len(q.readNames) == 0 {
+		// count(*) alone reads no column: the batch is just its length
+		// (a reader given no columns returns them all)
+		n := hi - lo
+		if hi < 0 {
+			n = u.file.RowGroupRows(u.rg)
+		}
+		return array.NewRecordBatch(q.readSchema, nil, n), nil
+	}
 	if q.where == nil {
 		r, err := u.file.readRowGroup(ctx, u.rg, q.fileCols(u.file, allPos(len(q.readNames))), q.dict, lo, hi)
 		if err != nil {

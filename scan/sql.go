@@ -94,7 +94,23 @@ func (r *runner) sqlTask(p int, ranges []fileRange, par int) taskFn {
 		if err != nil {
 			return nil, 0, err
 		}
-		files, rows, err := r.runSQL(ctx, stage, tmp, p, map[string]string{"input": view}, par, inputs)
+		views := map[string]string{"input": view}
+		if r.src2 != nil {
+			// input2: partition p of a co-partitioned second input
+			// (--partition-by parts), else all of it (a broadcast join)
+			by := ""
+			if r.job.PartitionBy == "parts" && !r.job.Broadcast {
+				by = "parts"
+			}
+			ranges2 := partitionRanges(r.src2, by, r.partitions)[0]
+			if by != "" {
+				ranges2 = partitionRanges(r.src2, by, r.partitions)[p]
+			}
+			if views["input2"], err = rangesView(ctx, ranges2, tmp, r.src2.Files[0], inputs); err != nil {
+				return nil, 0, err
+			}
+		}
+		files, rows, err := r.runSQL(ctx, stage, tmp, p, views, par, inputs)
 		var in int64
 		for _, fr := range ranges {
 			in += fr.hi - fr.lo

@@ -65,9 +65,9 @@ fi
 if $test_deps; then
   # pytest; torch and torchdata for the PyTorch tests; pyarrow, pandas and
   # duckdb for the scan tests and the FUSE Parquet test; webdataset for
-  # the WebDataset round trips; hatchling for the build-hook test.
-  mods="pytest torch torchdata pyarrow pandas duckdb webdataset hatchling"
-  if ! "$py" -c "import pytest, torch, torchdata, pyarrow, pandas, duckdb, webdataset, hatchling" >/dev/null 2>&1; then
+  # the WebDataset round trips; hatchling for the build-hook test; ray for the DataFrame's Ray executor.
+  mods="pytest torch torchdata pyarrow pandas duckdb webdataset hatchling ray"
+  if ! "$py" -c "import pytest, torch, torchdata, pyarrow, pandas, duckdb, webdataset, hatchling, ray" >/dev/null 2>&1; then
     echo "setup: installing the test dependencies into $venv (torch takes a few minutes)" >&2
     "$py" -m pip install -q $mods
   fi

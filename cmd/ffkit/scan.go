@@ -23,6 +23,7 @@ func newScanCmd() *cobra.Command {
 		job       scan.Job
 		groupBy   string
 		planFile  string
+		task      taskFlags
 		shardSize units.Size
 		memory    = units.Size(units.GiB)
 	)
@@ -59,13 +60,19 @@ each a scan job whose inputs may be other stages' outputs ("@NAME"), run in
 dependency order; a rerun recomputes only the stages that changed and the
 stages that read them.`,
 		Args: func(cmd *cobra.Command, args []string) error {
-			if planFile != "" {
-				return nil // runPlan checks
+			if planFile != "" || task.job != "" || task.pending || task.task != "" {
+				return nil // runPlan and runJobTask check
 			}
 			return cobra.MinimumNArgs(1)(cmd, args)
 		},
 		RunE: func(cmd *cobra.Command, args []string) error {
 			scanGC()
+			if task.job != "" {
+				return runJobTask(cmd, args, task)
+			}
+			if task.pending || task.task != "" {
+				return usagef("scan: --pending and --task go with --job FILE")
+			}
 			if planFile != "" {
 				if len(args) > 0 {
 					return usagef("scan: --plan takes no SRC (the plan file names the inputs and outputs)")
@@ -163,6 +170,9 @@ stages that read them.`,
 	_ = f.MarkDeprecated("memory-limit", "use --memory-budget")
 	f.IntVar(&job.Retries, "retries", 2, "retries of a failed task (0: none)")
 	f.StringVar(&planFile, "plan", "", "run the multi-stage plan in this JSON file (local or ffkit://)")
+	f.StringVar(&task.job, "job", "", "run the one job in this JSON file (a plan stage's keys; - reads stdin)")
+	f.BoolVar(&task.pending, "pending", false, "with --job: print the tasks runnable now as JSON, or finish the job when none is left")
+	f.StringVar(&task.task, "task", "", "with --job: run only this task (a name --pending printed)")
 	return c
 }
 

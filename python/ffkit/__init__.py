@@ -13,6 +13,8 @@ samples land in shared memory that numpy views without copying.
   WebDataset sample into ``{ext: bytes}`` without copying.
 - ``ffkit.scan``: Parquet scans (filter, project, aggregate, SQL) into a
   pyarrow Table mapped from shared memory (needs pyarrow).
+- ``ffkit.session()``: SmallPond's DataFrame (lazy multi-stage jobs, local
+  or on Ray; needs pyarrow, and ray for ``executor="ray"``).
 """
 from . import errors
 from .errors import ChecksumError, DataError, FFKitError
@@ -20,6 +22,7 @@ from .errors import ChecksumError, DataError, FFKitError
 __version__ = "0.1.0"
 
 from ._scan import scan  # noqa: E402  (light: imports the engine on first call)
+from ._frame import DataFrame, Session, session  # noqa: E402  (light: stdlib only until used)
 
 
 def pack(src, out, **options):
@@ -49,4 +52,4 @@ def __getattr__(name):
     raise AttributeError(f"module 'ffkit' has no attribute {name!r}")
 
 
-__all__ = ["Loader", "scan", "pack", "decode_webdataset", "errors", "ffrecord", "FFKitError", "DataError", "ChecksumError"]
+__all__ = ["Loader", "scan", "session", "Session", "DataFrame", "pack", "decode_webdataset", "errors", "ffrecord", "FFKitError", "DataError", "ChecksumError"]

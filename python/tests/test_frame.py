@@ -1,0 +1,236 @@
+"""ffkit's DataFrame (SmallPond's API) on the local executor and on a
+two-node Ray cluster on this machine, checked against DuckDB."""
+import json
+import os
+import signal
+import subprocess
+
+import pytest
+
+pa = pytest.importorskip("pyarrow")
+pq = pytest.importorskip("pyarrow.parquet")
+duckdb = pytest.importorskip("duckdb")
+
+import ffkit  # noqa: E402
+from ffkit import _engine  # noqa: E402
+
+NKEYS = 37
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    """Three Parquet files of 6000 rows: id, k (37 keys), v, s; and a small
+    dimension table dim(k, label)."""
+    d = tmp_path_factory.mktemp("frame_in")
+    for f in range(3):
+        ids = list(range(f * 6000, (f + 1) * 6000))
+        t = pa.table({"id": ids, "k": [i % NKEYS for i in ids], "v": [i * 0.5 for i in ids],
+                      "s": [f"s{i % 11}" for i in ids]})
+        pq.write_table(t, d / f"in{f}.parquet", row_group_size=2000)
+    pq.write_table(pa.table({"k": list(range(0, NKEYS, 2)), "label": [f"L{k}" for k in range(0, NKEYS, 2)]}), d / "_dim.parquet")  # _: not part of the directory
+    return str(d)
+
+
+def duck(sql, data):
+    con = duckdb.connect()
+    con.execute(f"CREATE VIEW t AS SELECT * FROM read_parquet('{data}/in*.parquet')")
+    con.execute(f"CREATE VIEW dim AS SELECT * FROM read_parquet('{data}/_dim.parquet')")
+    cur = con.execute(sql)
+    cols = [d[0] for d in cur.description]
+    return pa.Table.from_pylist([dict(zip(cols, r)) for r in cur.fetchall()])
+
+
+def rows(table, order):
+    return sorted(table.to_pylist(), key=lambda r: tuple(r[c] for c in order))
+
+
+def pipeline(sp, data):
+    """read -> hash repartition -> partial_sql aggregate; and a
+    co-partitioned join of the aggregate with the repartitioned rows."""
+    df = sp.read_parquet(os.path.join(data, "in*.parquet"))
+    by_k = df.repartition(4, hash_by="k")
+    agg = sp.partial_sql("SELECT k, count(*) AS n, sum(v) AS sv FROM {0} GROUP BY k", by_k)
+    joined = sp.partial_sql("SELECT a.id, a.k, b.n FROM {0} a JOIN {1} b USING (k)", by_k, agg)
+    return agg, joined
+
+
+def by_k_of(agg):
+    from ffkit._frame import DataFrame
+
+    return DataFrame(agg._session, agg._node.inputs[0])
+
+
+AGG = "SELECT k, count(*) AS n, sum(v) AS sv FROM t GROUP BY k"
+JOINED = f"SELECT a.id, a.k, b.n FROM t a JOIN ({AGG}) b USING (k)"
+
+
+def test_local_pipeline_matches_duckdb(data, tmp_path):
+    with ffkit.session(data_root=str(tmp_path / "root"), workers=2) as sp:
+        agg, joined = pipeline(sp, data)
+        assert agg.num_partitions == 4
+        assert rows(agg.to_arrow(), ["k"]) == rows(duck(AGG, data), ["k"])
+        assert rows(joined.to_arrow(), ["id"]) == rows(duck(JOINED, data), ["id"])
+        assert joined.count() == 18000
+        # each hash partition holds whole keys
+        where = {}
+        for f in sp._part_files(by_k_of(agg).compute()):
+            for k in pq.read_table(f).column("k").to_pylist():
+                where.setdefault(k, set()).add(os.path.basename(f)[:10])
+        assert len(where) == NKEYS and all(len(p) == 1 for p in where.values())
+        # writing: a directory of part files, and one file
+        out = agg.write_parquet(str(tmp_path / "agg_out"))
+        assert rows(pq.read_table(out), ["k"]) == rows(duck(AGG, data), ["k"])
+        one = joined.write_parquet(str(tmp_path / "joined.parquet"))
+        assert pq.ParquetFile(one).metadata.num_rows == 18000
+
+
+def test_operations(data, tmp_path):
+    with ffkit.session(data_root=str(tmp_path / "root"), workers=2) as sp:
+        df = sp.read_parquet(data)  # a directory
+        parts = df.repartition(3, by_rows=True)
+        assert parts.count() == 18000 and parts.num_partitions == 3
+        # SQL and Python versions of filter / map / flat_map agree
+        f_sql = parts.filter("k % 2 = 0 AND v > 10")
+        f_py = parts.filter(lambda r: r["k"] % 2 == 0 and r["v"] > 10)
+        assert rows(f_sql.to_arrow(), ["id"]) == rows(f_py.to_arrow(), ["id"])
+        m_sql = parts.map("id, v * 2 AS w")
+        m_py = parts.map(lambda r: {"id": r["id"], "w": r["v"] * 2})
+        assert rows(m_sql.to_arrow(), ["id"]) == rows(m_py.to_arrow(), ["id"])
+        fm_py = parts.flat_map(lambda r: [{"id": r["id"], "j": j} for j in range(r["id"] % 3)])
+        fm_sql = parts.flat_map("id, unnest(range(id % 3)) AS j")
+        assert rows(fm_py.to_arrow(), ["id", "j"]) == rows(fm_sql.to_arrow(), ["id", "j"])
+        assert fm_py.count() == sum(i % 3 for i in range(18000))
+        mb = parts.map_batches(lambda t: t.append_column("one", pa.array([1] * t.num_rows, pa.int64())))
+        assert mb.to_arrow().column("one").to_pylist() == [1] * 18000
+        # partial_sort sorts each partition; limit; take; to_pandas
+        srt = parts.partial_sort("v DESC")
+        for f in sp._part_files(srt.compute()):
+            vs = pq.read_table(f).column("v").to_pylist()
+            assert vs == sorted(vs, reverse=True)
+        assert srt.take(2) == [{"id": 5999, "k": 5999 % NKEYS, "v": 2999.5, "s": "s4"},
+                               {"id": 5998, "k": 5998 % NKEYS, "v": 2999.0, "s": "s3"}]
+        assert parts.limit(7).count() == 7
+        assert len(parts.to_pandas()) == 18000
+        # repartition by an integer column's value; a broadcast join
+        byv = df.repartition(NKEYS, by="k")
+        for f in sp._part_files(byv.compute()):
+            assert set(pq.read_table(f).column("k").to_pylist()) <= {int(os.path.basename(f)[5:10])}
+        dim = sp.read_parquet(os.path.join(data, "_dim.parquet"))
+        b = sp.partial_sql("SELECT a.id, d.label FROM {0} a JOIN {1} d USING (k)", parts, dim)
+        assert rows(b.to_arrow(), ["id"]) == rows(duck("SELECT a.id, d.label FROM t a JOIN dim d USING (k)", data), ["id"])
+        # FFRecord out
+        packed = parts.map("s").write_ffrecord(str(tmp_path / "packed"), sample_column="s")
+        from ffkit.ffrecord import FileReader
+
+        names = sorted(n for n in os.listdir(packed) if n.endswith(".ffr"))
+        assert sum(FileReader(os.path.join(packed, n)).n for n in names) == 18000
+
+
+def test_errors(data, tmp_path):
+    with ffkit.session(data_root=str(tmp_path / "root"), workers=2) as sp:
+        df = sp.read_parquet(data)
+        with pytest.raises(ValueError, match="repartition both alike"):
+            sp.partial_sql("SELECT * FROM {0} JOIN {1} USING (k)", df.repartition(2, hash_by="k"), df.repartition(3, hash_by="k"))
+        with pytest.raises(ValueError, match="placeholder"):
+            sp.partial_sql("SELECT * FROM {2}", df)
+        with pytest.raises(ffkit.errors.UsageError, match="nope"):
+            df.filter("nope > 1").count()
+        with pytest.raises(TypeError):
+            df.map(42)
+        with pytest.raises(ValueError, match="one of"):
+            df.repartition(2, hash_by="k", by_rows=True)
+
+
+def test_rerun_recomputes_only_changed_stages(data, tmp_path):
+    root = str(tmp_path / "root")
+
+    def run(query):
+        with ffkit.session(data_root=root, workers=2) as sp:
+            df = sp.read_parquet(data).repartition(3, hash_by="k")
+            out = sp.partial_sql(query, df).filter(lambda r: r["n"] > 0)
+            res = rows(out.to_arrow(), ["k"])
+            return sp.stages_run, res
+
+    q1 = "SELECT k, count(*) AS n FROM {0} GROUP BY k"
+    ran, res = run(q1)
+    assert len(ran) == 3 and len(res) == NKEYS
+    ran, _ = run(q1)
+    assert ran == []  # nothing changed: every stage reused
+    ran, res = run("SELECT k, max(id) AS n FROM {0} GROUP BY k")
+    assert len(ran) == 2 and ran[0].startswith("go-sql") and ran[1].startswith("py-filter")
+    assert rows(pa.Table.from_pylist(res), ["k"]) == rows(duck("SELECT k, max(id) AS n FROM t GROUP BY k", data), ["k"])
+
+
+def test_plan_to_json_runs_in_the_cli(data, tmp_path):
+    with ffkit.session(data_root=str(tmp_path / "root"), workers=2) as sp:
+        agg, joined = pipeline(sp, data)
+        plan = json.loads(joined.plan_to_json())
+        assert [s["name"].split("-")[1] for s in plan["stages"]] == ["repartition", "sql", "sql"]
+        path = tmp_path / "plan.json"
+        path.write_text(json.dumps(plan))
+        p = subprocess.run([_engine.binary_path(), "--json", "scan", "--plan", str(path)], capture_output=True)
+        assert p.returncode == 0, p.stderr
+        assert json.loads(p.stdout)["ran"] == 3
+        # the plan wrote where the DataFrame looks: nothing left to run
+        assert rows(joined.to_arrow(), ["id"]) == rows(duck(JOINED, data), ["id"])
+        assert sp.stages_run == []
+        with pytest.raises(ValueError, match="Python function"):
+            agg.map(lambda r: r).plan_to_json()
+
+
+# --- Ray ---
+
+
+@pytest.fixture(scope="module")
+def ray_cluster():
+    """A Ray cluster of two nodes (one CPU each) on this machine."""
+    ray = pytest.importorskip("ray")
+    from ray.cluster_utils import Cluster
+
+    # the nodes' workers import ffkit as this process does
+    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in [os.path.dirname(os.path.dirname(ffkit.__file__)),
+                                                           os.environ.get("PYTHONPATH", "")] if p)
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    args = {"num_cpus": 1, "object_store_memory": 80 << 20}
+    cluster = Cluster(initialize_head=True, head_node_args=dict(args, include_dashboard=False))
+    try:
+        cluster.add_node(**args)
+        cluster.wait_for_nodes()
+        ray.init(address=cluster.address)
+        yield ray
+    finally:
+        ray.shutdown()
+        cluster.shutdown()
+
+
+def test_ray_two_nodes_same_as_local(data, tmp_path, ray_cluster):
+    with ffkit.session(data_root=str(tmp_path / "local"), workers=2) as sp:
+        agg, joined = pipeline(sp, data)
+        local = {"agg": rows(agg.to_arrow(), ["k"]), "joined": rows(joined.to_arrow(), ["id"])}
+        local_files = [os.path.basename(f) for f in sp._part_files(joined.compute())]
+    with ffkit.session(data_root=str(tmp_path / "ray"), executor="ray", workers=2) as sp:
+        agg, joined = pipeline(sp, data)
+        assert rows(agg.to_arrow(), ["k"]) == local["agg"] == rows(duck(AGG, data), ["k"])
+        assert rows(joined.to_arrow(), ["id"]) == local["joined"]
+        assert [os.path.basename(f) for f in sp._part_files(joined.compute())] == local_files
+        assert len(sp.task_nodes) == 2, "the tasks ran on one node"
+        assert len(ray_cluster.nodes()) == 2
+
+
+def test_ray_worker_killed_mid_job(data, tmp_path, ray_cluster):
+    flag = str(tmp_path / "killed-once")
+    driver = os.getpid()
+
+    def die_once(t):
+        # the first task to get here kills its own Ray worker (SIGKILL):
+        # Ray retries the task on a fresh worker
+        if os.getpid() != driver and not os.path.exists(flag):
+            open(flag, "w").close()
+            os.kill(os.getpid(), signal.SIGKILL)
+        return t
+
+    with ffkit.session(data_root=str(tmp_path / "ray"), executor="ray", workers=2) as sp:
+        df = sp.read_parquet(data).repartition(4, hash_by="k").map_batches(die_once)
+        out = sp.partial_sql("SELECT k, count(*) AS n, sum(v) AS sv FROM {0} GROUP BY k", df)
+        assert rows(out.to_arrow(), ["k"]) == rows(duck(AGG, data), ["k"])
+    assert os.path.exists(flag)
