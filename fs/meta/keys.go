@@ -34,8 +34,8 @@ type SchemaRow struct {
 
 // Schema is the whole key schema, in the order docs/meta-schema.md lists it.
 var Schema = []SchemaRow{
-	{"INOD + inode (8 bytes BE)", "Inode JSON: id, type, parent and name (no hard links), size, mtime, truncate version, layout (chunk size, chains), nlink, holes flag"},
-	{"DENT + parent inode (8 bytes BE) + name", "Dentry, 26 bytes: version 1 (1), flags (1: bit 0 directory), inode (8 BE), size (8 BE), mtime ns (8 BE); size and mtime are copies so that a listing is one range read"},
+	{"INOD + inode (8 bytes BE)", "Inode JSON: id, type (1 file, 2 directory, 3 symlink, 4 FIFO, 5 socket, 6 character device, 7 block device), parent and name (the name its dentry copies follow; empty once that hard link is removed), size, mtime, atime, ctime (ns), truncate version, layout (chunk size, chains; files only), nlink, holes flag, perm, uid, gid, rdev, symlink target, xattrs"},
+	{"DENT + parent inode (8 bytes BE) + name", "Dentry, 26 bytes: version 1 (1), flags (1: bit 0 directory, bits 4-7 the inode type, 0 in older entries), inode (8 BE), size (8 BE), mtime ns (8 BE); size and mtime are copies so that a listing is one range read"},
 	{"INOS + inode (8 bytes BE) + session id", "Session JSON: client, expiry; a write session of the inode (an unlinked inode with sessions is not collected)"},
 	{"IDEM + request id", "Idem JSON: the stored result of a create, mkdir, rename, remove or commit, and when it was stored; a retried request returns it instead of acting twice"},
 	{"GCQU + inode (8 bytes BE)", "GC JSON: the chains and first chunk index to remove of a deleted or truncated file; the collector removes the chunks, then the record (and the inode)"},
@@ -100,6 +100,7 @@ func encodeDentry(d Dentry) []byte {
 	if d.IsDir {
 		b[1] = 1
 	}
+	b[1] |= byte(d.Type&0xf) << 4
 	b = binary.BigEndian.AppendUint64(b, d.Inode)
 	b = binary.BigEndian.AppendUint64(b, uint64(d.Size))
 	return binary.BigEndian.AppendUint64(b, uint64(d.MTime))
@@ -109,7 +110,7 @@ func decodeDentry(b []byte) (Dentry, error) {
 	if len(b) != dentrySize || b[0] != 1 {
 		return Dentry{}, fmt.Errorf("meta: bad directory entry value (%d bytes, version %d)", len(b), firstByte(b))
 	}
-	return Dentry{IsDir: b[1]&1 != 0, Inode: binary.BigEndian.Uint64(b[2:10]),
+	return Dentry{IsDir: b[1]&1 != 0, Type: Type(b[1] >> 4), Inode: binary.BigEndian.Uint64(b[2:10]),
 		Size: int64(binary.BigEndian.Uint64(b[10:18])), MTime: int64(binary.BigEndian.Uint64(b[18:26]))}, nil
 }
 
