@@ -44,8 +44,8 @@ func (l *Layout) Chain(index uint64) proto.ChainID {
 
 // Inode is a file or directory.
 type Inode struct {
-	ID     uint64 `json:"id"`
-	Type   Type   `json:"type"`
+	ID   uint64 `json:"id"`
+	Type Type   `json:"type"`
 	// Parent and Name are the name the inode was published under, updated
 	// by rename. A file with hard links has other names too (Nlink counts
 	// them): when this one is removed, Name becomes "" and Parent stays
@@ -94,9 +94,9 @@ type Dentry struct {
 	IsDir bool   `json:"is_dir"`
 	// Type is the inode's type (0 in entries stored before types 3-7:
 	// a file or directory as IsDir says).
-	Type  Type   `json:"type,omitempty"`
-	Size  int64  `json:"size"`
-	MTime int64  `json:"mtime"`
+	Type  Type  `json:"type,omitempty"`
+	Size  int64 `json:"size"`
+	MTime int64 `json:"mtime"`
 }
 
 // Entry is a listed directory entry.
