@@ -187,7 +187,7 @@ func (n *node) releaseWrite() syscall.Errno {
 	return n.srv.errno(err)
 }
 
-func (n *node) Create(_ context.Context, name string, flags uint32, mode uint32, out *gofuse.EntryOut) (*gofs.Inode, gofs.FileHandle, uint32, syscall.Errno) {
+func (n *node) Create(fctx context.Context, name string, flags uint32, mode uint32, out *gofuse.EntryOut) (*gofs.Inode, gofs.FileHandle, uint32, syscall.Errno) {
 	s := n.srv
 	if s.opts.ReadOnly {
 		return nil, nil, 0, syscall.EROFS
@@ -198,6 +198,7 @@ func (n *node) Create(_ context.Context, name string, flags uint32, mode uint32,
 	}
 	ctx, cancel := s.opContext()
 	defer cancel()
+	ctx = s.ownerContext(ctx, fctx, mode)
 	child := n.newChild(ctx, name, false)
 	cn := child.Operations().(*node)
 	if s.rw == nil {

@@ -205,7 +205,7 @@ func Mount(backend fs.FS, root, mountpoint string, opts Options) (*Server, error
 		n := max(1, int(opts.ReadAheadMemory/int64(opts.ReadAheadBlock)))
 		s.raSem = make(chan struct{}, n)
 	}
-	s.nextIno.Store(1)
+	s.nextIno.Store(autoIno)
 
 	st, err := backend.Stat(ctx, root)
 	if err != nil {
@@ -241,7 +241,6 @@ func Mount(backend fs.FS, root, mountpoint string, opts Options) (*Server, error
 		MaxReadAhead:             opts.MaxRequest,
 		FsName:                   fsName,
 		Name:                     "ffkit",
-		DisableXAttrs:            true,
 		ExplicitDataCacheControl: true, // no GETATTR before every read; open drops stale pages
 		DisableSplice:            true, // replies come from Go memory; never bounded by the pipe size
 		// O_TRUNC arrives with OPEN (a sequential-only backend can then
@@ -453,7 +452,8 @@ func (s *Server) errno(err error) syscall.Errno {
 	s.stats.errors.Add(1)
 	en := Errno(err)
 	switch en {
-	case syscall.ENOENT, syscall.EEXIST, syscall.ENOTEMPTY, syscall.ENOTDIR, syscall.EISDIR:
+	case syscall.ENOENT, syscall.EEXIST, syscall.ENOTEMPTY, syscall.ENOTDIR, syscall.EISDIR,
+		syscall.ENODATA, syscall.ENAMETOOLONG, syscall.EPERM:
 		// Normal answers: the caller asked about something that is not so.
 	default:
 		// The caller sees only the errno: keep the cause for the operator.

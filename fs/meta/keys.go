@@ -23,6 +23,7 @@ const (
 	prefixIdem    = "IDEM"
 	prefixGC      = "GCQU"
 	prefixServer  = "MSRV"
+	prefixDirTime = "DTIM"
 	keyInodeAlloc = "IALC"
 )
 
@@ -40,6 +41,7 @@ var Schema = []SchemaRow{
 	{"IDEM + request id", "Idem JSON: the stored result of a create, mkdir, rename, remove or commit, and when it was stored; a retried request returns it instead of acting twice"},
 	{"GCQU + inode (8 bytes BE)", "GC JSON: the chains and first chunk index to remove of a deleted or truncated file; the collector removes the chunks, then the record (and the inode)"},
 	{"MSRV + server address", "Server JSON: a live metadata server and its lease expiry; clients find metadata servers here through mgmtd"},
+	{"DTIM + directory inode (8 bytes BE)", "16 bytes: mtime ns (8 BE), ctime ns (8 BE) of the directory's last entry change (create, remove, rename, link); written without a read, so concurrent changes in one directory do not conflict; it overrides the inode's times when newer than the inode's ctime"},
 	{"IALC", "the next free inode id (8 bytes BE); servers take ids in blocks of 1024"},
 }
 
@@ -119,4 +121,10 @@ func firstByte(b []byte) int {
 		return -1
 	}
 	return int(b[0])
+}
+
+func dirTimeKey(dir uint64) []byte {
+	k := make([]byte, 0, 12)
+	k = append(k, prefixDirTime...)
+	return binary.BigEndian.AppendUint64(k, dir)
 }

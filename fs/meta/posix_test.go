@@ -6,6 +6,9 @@ import (
 	iofs "io/fs"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/ffkit/ffkit/fs/kv/memkv"
 
 	"github.com/ffkit/ffkit/fs"
 )
@@ -179,5 +182,100 @@ func TestSetAttrTimesAndXattrs(t *testing.T) {
 	}
 	if _, err := s.Create(ctx, "", "/"+strings.Repeat("x", 255), true, nil); err != nil {
 		t.Fatalf("255-byte name: %v", err)
+	}
+}
+
+// Every POSIX call crosses the wire: the server knows the methods, the
+// owner travels in the context, and errors keep their sentinels.
+func TestPOSIXThroughServer(t *testing.T) {
+	ctx := context.Background()
+	svc, err := NewService(ctx, Options{Store: memkv.New(memkv.Options{}), Chunks: &recChunks{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, err := StartServer(ctx, svc, ServerOptions{Token: "t", GCInterval: -1, Logf: func(string, ...any) {}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Kill()
+	cl, err := NewClient(ClientOptions{Token: "t", Servers: []string{srv.Addr()}, RetryTimeout: 10 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	octx := fs.WithOwner(ctx, fs.Owner{Perm: 0o600, Uid: 7, Gid: 8})
+	f, err := cl.Create(octx, "/f", true)
+	if err != nil || f.Uid != 7 || f.Gid != 8 || f.Perm != 0o600 {
+		t.Fatalf("create: %v %+v", err, f)
+	}
+	if _, err := cl.Mknod(octx, "/l", TypeSymlink, "f", 0); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cl.Link(ctx, "/f", "/g"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cl.Xattr(ctx, "/g", XattrSet, "user.x", []byte("v"), 0); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cl.Xattr(ctx, "/g", XattrRemove, "user.y", nil, 0); !errors.Is(err, fs.ErrNoAttr) {
+		t.Fatalf("remove a missing xattr: %v", err)
+	}
+	mt := int64(42)
+	if _, err := cl.SetAttr(ctx, "/f", AttrChange{MTime: &mt}); err != nil {
+		t.Fatal(err)
+	}
+	if err := cl.RenameFlags(ctx, "/f", "/l", fs.RenameNoReplace); !errors.Is(err, iofs.ErrExist) {
+		t.Fatalf("rename noreplace: %v", err)
+	}
+	if _, err := cl.Create(ctx, "/"+strings.Repeat("n", 300), true); !errors.Is(err, fs.ErrNameTooLong) {
+		t.Fatalf("long name: %v", err)
+	}
+	n, err := cl.Stat(ctx, "/f")
+	if err != nil || n.Nlink != 2 || n.MTime != 42 || string(n.Xattrs["user.x"]) != "v" {
+		t.Fatalf("stat: %v %+v", err, n)
+	}
+}
+
+// A directory's mtime and ctime follow changes of its entries; a later
+// utimensat on it wins over earlier changes.
+func TestDirTimes(t *testing.T) {
+	ctx := context.Background()
+	s, _ := newTestService(t, nil)
+	d, err := s.Mkdir(ctx, "", "/d", false, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stat := func() *Inode {
+		t.Helper()
+		n, err := s.Stat(ctx, "/d")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	last := d.MTime
+	for _, op := range []func() error{
+		func() error { _, err := s.Create(ctx, "", "/d/f", true, nil); return err },
+		func() error { _, err := s.Link(ctx, "", "/d/f", "/d/g"); return err },
+		func() error { return s.Rename(ctx, "", "/d/g", "/h", 0) },
+		func() error { return s.Remove(ctx, "", "/d/f") },
+	} {
+		for nowNano() <= last {
+		}
+		if err := op(); err != nil {
+			t.Fatal(err)
+		}
+		n := stat()
+		if n.MTime <= last || n.CTime < n.MTime {
+			t.Fatalf("directory times did not move: %d -> %+v", last, n)
+		}
+		last = n.MTime
+	}
+	mt := int64(12345)
+	if _, err := s.SetAttr(ctx, "/d", AttrChange{MTime: &mt}); err != nil {
+		t.Fatal(err)
+	}
+	if n := stat(); n.MTime != mt || n.CTime <= last {
+		t.Fatalf("utimensat on the directory: %+v", n)
 	}
 }

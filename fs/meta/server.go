@@ -199,6 +199,7 @@ var methodNames = map[uint16]string{
 	MRemove: "remove", MRename: "rename", MBeginFile: "begin_file", MCommitFile: "commit_file",
 	MAbandonFile: "abandon_file", MExtend: "extend", MCloseSession: "close_session",
 	MOpenWrite: "open_write", MTruncate: "truncate", MSetAttr: "set_attr",
+	MMknod: "mknod", MLink: "link", MXattr: "xattr",
 }
 
 func (s *Server) handle(ctx context.Context, req *transport.Request) (any, [][]byte, error) {

@@ -210,6 +210,34 @@ func putDentry(tx kv.Txn, parent uint64, name string, n *Inode) {
 	tx.Set(dentryKey(parent, name), encodeDentry(dentryOf(n)))
 }
 
+// touchDir records that an entry of directory dir changed now (its mtime
+// and ctime), with a blind write: concurrent creates in one directory do
+// not conflict on it.
+func touchDir(tx kv.Txn, dir uint64) {
+	now := uint64(nowNano())
+	b := binary.BigEndian.AppendUint64(make([]byte, 0, 16), now)
+	tx.Set(dirTimeKey(dir), binary.BigEndian.AppendUint64(b, now))
+}
+
+// withDirTimes applies directory n's last entry change (DTIM) to its
+// times: mtime when the change is newer than n's own last change (a
+// utimensat after it wins), ctime when newer.
+func withDirTimes(ctx context.Context, r reader, n *Inode) error {
+	if !n.IsDir() {
+		return nil
+	}
+	b, ok, err := r.Get(ctx, dirTimeKey(n.ID))
+	if err != nil || !ok || len(b) != 16 {
+		return err
+	}
+	m, c := int64(binary.BigEndian.Uint64(b[:8])), int64(binary.BigEndian.Uint64(b[8:]))
+	if m > n.CTime {
+		n.MTime = m
+	}
+	n.CTime = max(n.CTime, c)
+	return nil
+}
+
 func getDentry(ctx context.Context, r reader, key []byte, d *Dentry) (bool, error) {
 	b, ok, err := r.Get(ctx, key)
 	if err != nil || !ok {
@@ -343,8 +371,10 @@ func (s *Service) Stat(ctx context.Context, path string) (*Inode, error) {
 		if err != nil {
 			return err
 		}
-		n, err = getInode(ctx, tx, id)
-		return err
+		if n, err = getInode(ctx, tx, id); err != nil {
+			return err
+		}
+		return withDirTimes(ctx, tx, n)
 	})
 	return n, err
 }
@@ -354,8 +384,10 @@ func (s *Service) StatInode(ctx context.Context, id uint64) (*Inode, error) {
 	var n *Inode
 	err := s.store.View(ctx, func(tx kv.ReadTxn) error {
 		var err error
-		n, err = getInode(ctx, tx, id)
-		return err
+		if n, err = getInode(ctx, tx, id); err != nil {
+			return err
+		}
+		return withDirTimes(ctx, tx, n)
 	})
 	return n, err
 }
@@ -465,6 +497,7 @@ func (s *Service) Mkdir(ctx context.Context, req, path string, parents bool, o *
 			n := newInode(ids[i], TypeDir, parent, c, owner)
 			putInode(tx, n)
 			putDentry(tx, cur, c, n)
+			touchDir(tx, cur)
 			cur, last = n.ID, n
 		}
 		return last, nil
@@ -525,6 +558,7 @@ func (s *Service) Create(ctx context.Context, req, path string, exclusive bool, 
 		n.Layout = layout
 		putInode(tx, n)
 		putDentry(tx, pid, name, n)
+		touchDir(tx, pid)
 		return n, nil
 	}, &out)
 	if err != nil {
@@ -581,6 +615,7 @@ func (s *Service) Remove(ctx context.Context, req, path string) error {
 			return nil, err
 		}
 		tx.Delete(dentryKey(pid, name))
+		touchDir(tx, pid)
 		if n.IsDir() {
 			p := dentryPrefix(n.ID)
 			kids, err := tx.Range(ctx, p, kv.PrefixEnd(p), 1)
@@ -591,6 +626,7 @@ func (s *Service) Remove(ctx context.Context, req, path string) error {
 				return nil, merr(ErrNotEmpty, "meta: remove %s", path)
 			}
 			tx.Delete(inodeKey(n.ID))
+			tx.Delete(dirTimeKey(n.ID))
 			return true, nil
 		}
 		dropName(tx, n, pid, name)
@@ -664,6 +700,8 @@ func (s *Service) Rename(ctx context.Context, req, src, dst string, flags uint32
 			putInode(tx, old)
 			putDentry(tx, dp, dname, n)
 			putDentry(tx, sp, sname, old)
+			touchDir(tx, sp)
+			touchDir(tx, dp)
 			return true, nil
 		}
 		if ok {
@@ -692,11 +730,14 @@ func (s *Service) Rename(ctx context.Context, req, src, dst string, flags uint32
 					return nil, merr(ErrNotEmpty, "meta: rename %s to %s", src, dst)
 				}
 				tx.Delete(inodeKey(old.ID))
+				tx.Delete(dirTimeKey(old.ID))
 			default:
 				dropName(tx, old, dp, dname)
 			}
 		}
 		tx.Delete(dentryKey(sp, sname))
+		touchDir(tx, sp)
+		touchDir(tx, dp)
 		n.Parent, n.Name, n.CTime = dp, dname, nowNano()
 		putInode(tx, n)
 		putDentry(tx, dp, dname, n)
@@ -865,6 +906,7 @@ func (s *Service) CommitFile(ctx context.Context, req, path string, inode uint64
 			dropName(tx, old, pid, name)
 		}
 		tx.Delete(sessionKey(inode, sid))
+		touchDir(tx, pid)
 		n.Parent, n.Name, n.Nlink = pid, name, 1
 		n.Size = max(n.Size, size)
 		n.MTime = nowNano()
@@ -1169,6 +1211,7 @@ func (s *Service) Mknod(ctx context.Context, req, path string, t Type, target st
 		}
 		putInode(tx, n)
 		putDentry(tx, parent.ID, name, n)
+		touchDir(tx, parent.ID)
 		return n, nil
 	}, &out)
 	if err != nil {
@@ -1221,6 +1264,7 @@ func (s *Service) Link(ctx context.Context, req, src, dst string) (*Inode, error
 		}
 		putInode(tx, n)
 		putDentry(tx, dp, dname, n)
+		touchDir(tx, dp)
 		return n, nil
 	}, &out)
 	if err != nil {
