@@ -211,7 +211,7 @@ func (n *node) Create(fctx context.Context, name string, flags uint32, mode uint
 		if errno != 0 {
 			return nil, nil, 0, errno
 		}
-		s.fillAttr(cn.report(fs.FileInfo{Name: name}), &out.Attr)
+		s.fillAttr(cn.report(s.newFileInfo(ctx, name)), &out.Attr)
 		return child, fh, fl, 0
 	}
 	oflag := fs.OCreate
@@ -226,7 +226,7 @@ func (n *node) Create(fctx context.Context, name string, flags uint32, mode uint
 	if errno != 0 {
 		return nil, nil, 0, errno
 	}
-	s.fillAttr(cn.report(fs.FileInfo{Name: name}), &out.Attr)
+	s.fillAttr(cn.report(s.newFileInfo(ctx, name)), &out.Attr)
 	h := &writeHandle{n: cn, wf: wf, writable: flags&syscall.O_ACCMODE != syscall.O_RDONLY}
 	return child, h, gofuse.FOPEN_PARALLEL_DIRECT_WRITES, 0
 }

@@ -270,6 +270,9 @@ func Mount(backend fs.FS, root, mountpoint string, opts Options) (*Server, error
 		UID:             s.uid,
 		GID:             s.gid,
 		RootStableAttr:  &gofs.StableAttr{Ino: 1},
+		// Mode 0000 is a mode (open(2) may create one): every reply
+		// carries the real bits, so go-fuse must not fill in 0644.
+		NullPermissions: true,
 		Logger:          opts.Logger,
 	})
 	if err != nil {

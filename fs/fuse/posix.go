@@ -314,3 +314,16 @@ func (n *node) Removexattr(_ context.Context, attr string) syscall.Errno {
 	defer cancel()
 	return n.srv.errno(x.RemoveXattr(ctx, p, attr))
 }
+
+// newFileInfo describes a file just created with ctx (from
+// ownerContext): on a backend that stores owners, with the mode and
+// owner it was created with.
+func (s *Server) newFileInfo(ctx context.Context, name string) fs.FileInfo {
+	st := fs.FileInfo{Name: name}
+	if _, ok := s.backend.(fs.AttrSetter); ok {
+		if o, ok := fs.OwnerFrom(ctx); ok {
+			st.Perm, st.Uid, st.Gid, st.HasOwner = o.Perm, o.Uid, o.Gid, true
+		}
+	}
+	return st
+}
