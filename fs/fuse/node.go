@@ -86,7 +86,10 @@ func (n *node) relPath() (string, bool) {
 	p := n.EmbeddedInode()
 	for p != root {
 		name, parent := p.Parent()
-		if parent == nil {
+		if parent == nil || len(segs) > maxDepth {
+			// Unlinked, or a cycle in the kernel's view of the tree (a
+			// directory seen under two parents while renames land):
+			// never loop.
 			return "", false
 		}
 		segs = append(segs, name)
@@ -95,6 +98,10 @@ func (n *node) relPath() (string, bool) {
 	slices.Reverse(segs)
 	return strings.Join(segs, "/"), true
 }
+
+// maxDepth bounds the depth of a path (PATH_MAX allows 2048 levels of
+// one-byte names).
+const maxDepth = 4096
 
 // path is the node's backend path.
 func (n *node) path() (string, syscall.Errno) {
