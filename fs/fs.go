@@ -112,6 +112,15 @@ type FileInfo struct {
 	Uid      uint32 `json:"uid,omitempty"`
 	Gid      uint32 `json:"gid,omitempty"`
 	HasOwner bool   `json:"has_owner,omitempty"`
+	// The POSIX attributes of a backend that stores them (fs/posix.go):
+	// the node's kind when not a plain file or directory, link count,
+	// inode number, device number, access and change times (zero: unknown).
+	Kind  Kind      `json:"kind,omitempty"`
+	Nlink uint32    `json:"nlink,omitempty"`
+	Ino   uint64    `json:"ino,omitempty"`
+	Rdev  uint32    `json:"rdev,omitempty"`
+	ATime time.Time `json:"atime,omitzero"`
+	CTime time.Time `json:"ctime,omitzero"`
 	// Sys is the backend's own description of the file, for InfoOpener
 	// (nil when it has none).
 	Sys any `json:"-"`
@@ -126,9 +135,11 @@ type InfoOpener interface {
 	OpenInfo(name string, fi FileInfo, opts OpenOptions) (File, bool)
 }
 
-// AttrChange changes a file's permission bits and owner; nil fields stay.
+// AttrChange changes a file's permission bits, owner and times; nil
+// fields stay.
 type AttrChange struct {
 	Perm, Uid, Gid *uint32
+	ATime, MTime   *time.Time
 }
 
 // AttrSetter is an FS that stores permission bits and owners (chmod,

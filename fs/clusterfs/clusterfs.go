@@ -179,16 +179,37 @@ func info(name string, n *meta.Inode) fs.FileInfo {
 	if name == "/" {
 		b = "/"
 	}
-	return fs.FileInfo{Name: b, Size: n.Size, IsDir: n.IsDir(), ModTime: time.Unix(0, n.MTime),
-		Perm: n.Perm, Uid: n.Uid, Gid: n.Gid, HasOwner: n.Owned}
+	fi := fs.FileInfo{Name: b, Size: n.Size, IsDir: n.IsDir(), ModTime: time.Unix(0, n.MTime),
+		Perm: n.Perm, Uid: n.Uid, Gid: n.Gid, HasOwner: n.Owned,
+		Nlink: uint32(max(n.Nlink, 0)), Ino: n.ID, Rdev: n.Rdev,
+		ATime: time.Unix(0, n.ATime), CTime: time.Unix(0, n.CTime)}
+	if n.Type > meta.TypeDir {
+		fi.Kind = fs.Kind(n.Type)
+	}
+	if n.ATime == 0 {
+		fi.ATime = fi.ModTime // stored before atime was kept
+	}
+	if n.CTime == 0 {
+		fi.CTime = fi.ModTime
+	}
+	return fi
 }
 
 var _ fs.AttrSetter = (*FS)(nil)
 
-// SetAttr stores permission bits and owner (chmod, chown).
+// SetAttr stores permission bits, owner and times (chmod, chown, utimensat).
 func (f *FS) SetAttr(ctx context.Context, name string, c fs.AttrChange) (fs.FileInfo, error) {
 	p := abs(name)
-	n, err := f.meta.SetAttr(ctx, p, c.Perm, c.Uid, c.Gid)
+	a := meta.AttrChange{Perm: c.Perm, Uid: c.Uid, Gid: c.Gid}
+	if c.ATime != nil {
+		t := c.ATime.UnixNano()
+		a.ATime = &t
+	}
+	if c.MTime != nil {
+		t := c.MTime.UnixNano()
+		a.MTime = &t
+	}
+	n, err := f.meta.SetAttr(ctx, p, a)
 	if err != nil {
 		return fs.FileInfo{}, wrap("setattr", f.String()+p, err)
 	}
@@ -216,8 +237,11 @@ func (f *FS) List(ctx context.Context, dir string) ([]fs.FileInfo, error) {
 	}
 	out := make([]fs.FileInfo, len(es))
 	for i, e := range es {
-		out[i] = fs.FileInfo{Name: e.Name, Size: e.Size, IsDir: e.IsDir, ModTime: time.Unix(0, e.MTime),
+		out[i] = fs.FileInfo{Name: e.Name, Size: e.Size, IsDir: e.IsDir, ModTime: time.Unix(0, e.MTime), Ino: e.Inode,
 			Perm: e.Perm, Uid: e.Uid, Gid: e.Gid, HasOwner: e.Owned}
+		if e.Type > meta.TypeDir {
+			out[i].Kind = fs.Kind(e.Type)
+		}
 	}
 	return out, nil
 }

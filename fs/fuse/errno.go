@@ -41,6 +41,12 @@ func Errno(err error) syscall.Errno {
 		return syscall.EIO
 	case errors.Is(err, iofs.ErrInvalid):
 		return syscall.EINVAL
+	case errors.Is(err, fs.ErrNameTooLong):
+		return syscall.ENAMETOOLONG
+	case errors.Is(err, fs.ErrNoAttr):
+		return syscall.ENODATA
+	case errors.Is(err, fs.ErrNotPermitted):
+		return syscall.EPERM
 	}
 	var d interface{ ErrnoForFUSE() syscall.Errno }
 	if errors.As(err, &d) {

@@ -242,7 +242,7 @@ func (n *node) releaseWrite() syscall.Errno {
 	return n.srv.errno(err)
 }
 
-func (n *node) Create(_ context.Context, name string, flags uint32, mode uint32, out *gofuse.EntryOut) (*gofs.Inode, gofs.FileHandle, uint32, syscall.Errno) {
+func (n *node) Create(fctx context.Context, name string, flags uint32, mode uint32, out *gofuse.EntryOut) (*gofs.Inode, gofs.FileHandle, uint32, syscall.Errno) {
 	s := n.srv
 	if s.opts.ReadOnly {
 		return nil, nil, 0, syscall.EROFS
@@ -253,6 +253,7 @@ func (n *node) Create(_ context.Context, name string, flags uint32, mode uint32,
 	}
 	ctx, cancel := s.opContext()
 	defer cancel()
+	ctx = s.ownerContext(ctx, fctx, mode)
 	child := n.newChild(ctx, name, false)
 	cn := child.Operations().(*node)
 	// Created, or not: either way the name is described anew.
@@ -268,7 +269,7 @@ func (n *node) Create(_ context.Context, name string, flags uint32, mode uint32,
 		if errno != 0 {
 			return nil, nil, 0, errno
 		}
-		s.fillAttr(cn.report(fs.FileInfo{Name: name}), &out.Attr)
+		s.fillAttr(cn.report(s.newFileInfo(ctx, name)), &out.Attr)
 		return child, fh, fl, 0
 	}
 	oflag := fs.OCreate
@@ -283,7 +284,7 @@ func (n *node) Create(_ context.Context, name string, flags uint32, mode uint32,
 	if errno != 0 {
 		return nil, nil, 0, errno
 	}
-	s.fillAttr(cn.report(fs.FileInfo{Name: name}), &out.Attr)
+	s.fillAttr(cn.report(s.newFileInfo(ctx, name)), &out.Attr)
 	h := &writeHandle{n: cn, wf: wf, writable: flags&syscall.O_ACCMODE != syscall.O_RDONLY}
 	return child, h, gofuse.FOPEN_PARALLEL_DIRECT_WRITES, 0
 }

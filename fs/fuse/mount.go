@@ -242,7 +242,7 @@ func Mount(backend fs.FS, root, mountpoint string, opts Options) (*Server, error
 		n := max(1, int(opts.ReadAheadMemory/int64(opts.ReadAheadBlock)))
 		s.raSem = make(chan struct{}, n)
 	}
-	s.nextIno.Store(1)
+	s.nextIno.Store(autoIno)
 
 	st, err := backend.Stat(ctx, root)
 	if err != nil {
@@ -278,7 +278,6 @@ func Mount(backend fs.FS, root, mountpoint string, opts Options) (*Server, error
 		MaxReadAhead:             opts.MaxRequest,
 		FsName:                   fsName,
 		Name:                     "ffkit",
-		DisableXAttrs:            true,
 		ExplicitDataCacheControl: true, // no GETATTR before every read; open drops stale pages
 		DisableSplice:            true, // replies come from Go memory; never bounded by the pipe size
 		// O_TRUNC arrives with OPEN (a sequential-only backend can then
@@ -308,6 +307,9 @@ func Mount(backend fs.FS, root, mountpoint string, opts Options) (*Server, error
 		UID:             s.uid,
 		GID:             s.gid,
 		RootStableAttr:  &gofs.StableAttr{Ino: 1},
+		// Mode 0000 is a mode (open(2) may create one): every reply
+		// carries the real bits, so go-fuse must not fill in 0644.
+		NullPermissions: true,
 		Logger:          opts.Logger,
 	})
 	if err != nil {
@@ -514,7 +516,8 @@ func (s *Server) errno(err error) syscall.Errno {
 	s.stats.errors.Add(1)
 	en := Errno(err)
 	switch en {
-	case syscall.ENOENT, syscall.EEXIST, syscall.ENOTEMPTY, syscall.ENOTDIR, syscall.EISDIR:
+	case syscall.ENOENT, syscall.EEXIST, syscall.ENOTEMPTY, syscall.ENOTDIR, syscall.EISDIR,
+		syscall.ENODATA, syscall.ENAMETOOLONG, syscall.EPERM:
 		// Normal answers: the caller asked about something that is not so.
 	default:
 		// The caller sees only the errno: keep the cause for the operator.

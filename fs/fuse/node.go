@@ -93,7 +93,10 @@ func (n *node) relPath() (string, bool) {
 	p := n.EmbeddedInode()
 	for p != root {
 		name, parent := p.Parent()
-		if parent == nil {
+		if parent == nil || len(segs) > maxDepth {
+			// Unlinked, or a cycle in the kernel's view of the tree (a
+			// directory seen under two parents while renames land):
+			// never loop.
 			return "", false
 		}
 		segs = append(segs, name)
@@ -102,6 +105,10 @@ func (n *node) relPath() (string, bool) {
 	slices.Reverse(segs)
 	return strings.Join(segs, "/"), true
 }
+
+// maxDepth bounds the depth of a path (PATH_MAX allows 2048 levels of
+// one-byte names).
+const maxDepth = 4096
 
 // path is the node's backend path.
 func (n *node) path() (string, syscall.Errno) {
@@ -128,6 +135,12 @@ func (s *Server) fillAttr(st fs.FileInfo, a *gofuse.Attr) {
 		mode = syscall.S_IFDIR | 0o755
 		nlink = 2
 	}
+	if st.Kind != 0 {
+		mode = modeOf(st) | 0o644
+	}
+	if st.Nlink > 0 {
+		nlink = st.Nlink
+	}
 	if s.opts.ReadOnly {
 		mode &^= 0o222
 	}
@@ -144,11 +157,22 @@ func (s *Server) fillAttr(st fs.FileInfo, a *gofuse.Attr) {
 		}
 		a.Owner = gofuse.Owner{Uid: st.Uid, Gid: st.Gid}
 	}
+	if st.Kind == fs.KindSymlink {
+		a.Mode = syscall.S_IFLNK | 0o777 // as Linux reports every symlink
+	}
+	a.Rdev = st.Rdev
 	t := st.ModTime
 	if t.IsZero() {
 		t = time.Unix(0, 0)
 	}
-	a.SetTimes(&t, &t, &t)
+	at, ct := st.ATime, st.CTime
+	if at.IsZero() {
+		at = t
+	}
+	if ct.IsZero() {
+		ct = t
+	}
+	a.SetTimes(&at, &t, &ct)
 }
 
 // stat describes the node: from the open write file if any (it has the
@@ -178,8 +202,15 @@ func (n *node) stat(ctx context.Context, fh gofs.FileHandle) (fs.FileInfo, sysca
 		return n.report(st), 0
 	}
 	if written {
-		// Length and time come from this mount: no storage round trip.
-		return n.report(fs.FileInfo{Name: path.Base(p)}), 0
+		// Length and time come from this mount: no storage round trip;
+		// mode, owner and the rest are what was last reported (or set).
+		n.mu.Lock()
+		st, ok := n.last, n.lastOK
+		n.mu.Unlock()
+		if !ok {
+			st = fs.FileInfo{Name: path.Base(p)}
+		}
+		return n.report(st), 0
 	}
 	st, err := n.describe(ctx, p)
 	if err != nil {
@@ -311,14 +342,24 @@ func (n *node) Getattr(_ context.Context, fh gofs.FileHandle, out *gofuse.AttrOu
 // already knows under that name if it is still the same kind of file, so
 // that an inode number stays the same while it is cached.
 func (n *node) newChild(ctx context.Context, name string, isDir bool) *gofs.Inode {
-	mode := uint32(syscall.S_IFREG)
-	if isDir {
-		mode = syscall.S_IFDIR
-	}
+	return n.newChildOf(ctx, name, fs.FileInfo{IsDir: isDir})
+}
+
+// newChildOf is newChild for a backend entry st: its inode number is the
+// backend's (st.Ino) when it has one, so every hard link of a file is one
+// inode, and a name now naming another file gets a new inode.
+func (n *node) newChildOf(ctx context.Context, name string, st fs.FileInfo) *gofs.Inode {
+	mode := modeOf(st)
 	if c := n.GetChild(name); c != nil && c.Mode()&syscall.S_IFMT == mode {
-		return c
+		if ino := c.StableAttr().Ino; st.Ino == 0 || ino == st.Ino || ino > autoIno {
+			return c
+		}
 	}
-	return n.NewInode(ctx, &node{srv: n.srv}, gofs.StableAttr{Mode: mode, Ino: n.srv.nextIno.Add(1)})
+	ino := st.Ino
+	if ino == 0 || ino > autoIno {
+		ino = n.srv.nextIno.Add(1)
+	}
+	return n.NewInode(ctx, &node{srv: n.srv}, gofs.StableAttr{Mode: mode, Ino: ino})
 }
 
 func (n *node) Lookup(_ context.Context, name string, out *gofuse.EntryOut) (*gofs.Inode, syscall.Errno) {
@@ -339,8 +380,8 @@ func (n *node) Lookup(_ context.Context, name string, out *gofuse.EntryOut) (*go
 	if err != nil {
 		return nil, n.srv.errno(err)
 	}
-	child := n.newChild(ctx, name, st.IsDir)
-	if cn, ok := child.Operations().(*node); ok && !st.IsDir {
+	child := n.newChildOf(ctx, name, st)
+	if cn, ok := child.Operations().(*node); ok && !st.IsDir && st.Kind == 0 {
 		cn.lookedUp(st)
 	}
 	if cn, ok := child.Operations().(*node); ok && cn != known {
@@ -390,10 +431,16 @@ func (n *node) Setattr(fctx context.Context, fh gofs.FileHandle, in *gofuse.SetA
 			return errno
 		}
 	}
-	// Modes and owners are stored where the backend can (the kernel has
-	// checked, with default_permissions, that the caller may); times are
-	// not: accepted and ignored (see doc).
+	// Modes, owners and times are stored where the backend can (the
+	// kernel has checked, with default_permissions, that the caller may);
+	// elsewhere times are accepted and ignored (see doc).
 	var c fs.AttrChange
+	if t, ok := in.GetATime(); ok {
+		c.ATime = &t
+	}
+	if t, ok := in.GetMTime(); ok {
+		c.MTime = &t
+	}
 	if m, ok := in.GetMode(); ok {
 		c.Perm = &m
 	}
@@ -403,7 +450,7 @@ func (n *node) Setattr(fctx context.Context, fh gofs.FileHandle, in *gofuse.SetA
 	if g, ok := in.GetGID(); ok {
 		c.Gid = &g
 	}
-	if as, ok := n.srv.backend.(fs.AttrSetter); ok && (c.Perm != nil || c.Uid != nil || c.Gid != nil) {
+	if as, ok := n.srv.backend.(fs.AttrSetter); ok && (c.Perm != nil || c.Uid != nil || c.Gid != nil || c.ATime != nil || c.MTime != nil) {
 		if n.srv.opts.ReadOnly {
 			return syscall.EROFS
 		}
@@ -417,9 +464,13 @@ func (n *node) Setattr(fctx context.Context, fh gofs.FileHandle, in *gofuse.SetA
 				return syscall.EPERM
 			}
 		}
-		if _, err := as.SetAttr(ctx, p, c); err != nil {
+		fi, err := as.SetAttr(ctx, p, c)
+		if err != nil {
 			return n.srv.errno(err)
 		}
+		n.mu.Lock()
+		n.last, n.lastOK = fi, true // for a file being written (see stat)
+		n.mu.Unlock()
 	}
 	n.invalidate()
 	st, errno := n.stat(ctx, fh)
@@ -504,7 +555,7 @@ func (n *node) busy() bool {
 	return n.wf != nil || n.seq != nil || n.closing != nil || !n.keptStorage.IsZero()
 }
 
-func (n *node) Mkdir(_ context.Context, name string, mode uint32, out *gofuse.EntryOut) (*gofs.Inode, syscall.Errno) {
+func (n *node) Mkdir(fctx context.Context, name string, mode uint32, out *gofuse.EntryOut) (*gofs.Inode, syscall.Errno) {
 	if n.srv.opts.ReadOnly {
 		return nil, syscall.EROFS
 	}
@@ -518,7 +569,7 @@ func (n *node) Mkdir(_ context.Context, name string, mode uint32, out *gofuse.En
 		return nil, syscall.EEXIST
 	}
 	n.srv.pend.wait(ctx, p)
-	err := n.srv.backend.MkdirAll(ctx, p)
+	err := n.srv.backend.MkdirAll(n.srv.ownerContext(ctx, fctx, mode), p)
 	if err != nil {
 		n.srv.mc.changed(p)
 		return nil, n.srv.errno(err)
@@ -530,7 +581,7 @@ func (n *node) Mkdir(_ context.Context, name string, mode uint32, out *gofuse.En
 	}
 	n.srv.mc.created(p, &st)
 	n.srv.fillAttr(st, &out.Attr)
-	return n.newChild(ctx, name, true), 0
+	return n.newChildOf(ctx, name, st), 0
 }
 
 func (n *node) Unlink(_ context.Context, name string) syscall.Errno {
@@ -592,14 +643,18 @@ func (n *node) remove(name string, dir bool) syscall.Errno {
 }
 
 // Rename moves a file or directory. flags: RENAME_NOREPLACE is honoured;
-// RENAME_EXCHANGE is not supported.
+// RENAME_EXCHANGE where the backend takes rename flags (fs.RenameFlagger).
 func (n *node) Rename(_ context.Context, name string, newParent gofs.InodeEmbedder, newName string, flags uint32) syscall.Errno {
 	if n.srv.opts.ReadOnly {
 		return syscall.EROFS
 	}
-	const renameNoReplace, renameExchange = 1, 2
+	const renameNoReplace, renameExchange = fs.RenameNoReplace, fs.RenameExchange
+	rf, hasFlags := n.srv.backend.(fs.RenameFlagger)
 	if flags&renameExchange != 0 {
-		return syscall.EINVAL
+		if !hasFlags {
+			return syscall.EINVAL
+		}
+		return n.exchange(rf, name, newParent, newName)
 	}
 	np, ok := newParent.(*node)
 	if !ok {
@@ -661,6 +716,15 @@ func (n *node) Rename(_ context.Context, name string, newParent gofs.InodeEmbedd
 		if err != nil {
 			return n.srv.errno(err)
 		}
+	}
+	if flags&renameNoReplace != 0 && hasFlags {
+		// Checked above, and again atomically by the backend.
+		err := rf.RenameFlags(ctx, oldp, newp, flags)
+		n.srv.mc.renamed(oldp, newp, src.IsDir, err == nil)
+		if err != nil {
+			return n.srv.errno(err)
+		}
+		return 0
 	}
 	err = n.srv.backend.Rename(ctx, oldp, newp)
 	n.srv.mc.renamed(oldp, newp, src.IsDir, err == nil)
@@ -773,9 +837,7 @@ func (d *dirHandle) Readdirent(_ context.Context) (*gofuse.DirEntry, syscall.Err
 	default:
 		e := d.ents[i-2]
 		de.Name = e.Name
-		if !e.IsDir {
-			de.Mode = syscall.S_IFREG
-		}
+		de.Mode = modeOf(e)
 		if c := d.n.GetChild(e.Name); c != nil {
 			de.Ino = c.StableAttr().Ino
 		}
@@ -812,7 +874,12 @@ func (d *dirHandle) Lookup(ctx context.Context, name string, out *gofuse.EntryOu
 			return d.n.Lookup(ctx, name, out)
 		}
 	}
-	child := d.n.newChild(ctx, name, st.IsDir)
+	if st.Kind != 0 || st.Nlink > 1 {
+		// The listing's copies of size and time may be stale for a hard
+		// link; a special node has nothing to copy: stat it.
+		return d.n.Lookup(ctx, name, out)
+	}
+	child := d.n.newChildOf(ctx, name, st)
 	if cn, ok := child.Operations().(*node); ok {
 		st = cn.report(st)
 	}

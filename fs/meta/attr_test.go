@@ -12,10 +12,10 @@ import (
 func TestSetAttrStoresModeAndOwner(t *testing.T) {
 	ctx := context.Background()
 	s, _ := newTestService(t, nil)
-	if _, err := s.Create(ctx, "", "/f", true); err != nil {
+	if _, err := s.Create(ctx, "", "/f", true, nil); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.Mkdir(ctx, "", "/d", false); err != nil {
+	if _, err := s.Mkdir(ctx, "", "/d", false, nil); err != nil {
 		t.Fatal(err)
 	}
 	n, err := s.Stat(ctx, "/f")
@@ -23,14 +23,14 @@ func TestSetAttrStoresModeAndOwner(t *testing.T) {
 		t.Fatalf("a new file has stored attributes: %v %+v", err, n)
 	}
 	perm, uid := uint32(0o100600), uint32(1234) // type bits are dropped
-	if _, err := s.SetAttr(ctx, "/f", &perm, &uid, nil); err != nil {
+	if _, err := s.SetAttr(ctx, "/f", AttrChange{Perm: &perm, Uid: &uid}); err != nil {
 		t.Fatal(err)
 	}
 	gid := uint32(77)
-	if _, err := s.SetAttr(ctx, "/d", nil, nil, &gid); err != nil {
+	if _, err := s.SetAttr(ctx, "/d", AttrChange{Gid: &gid}); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Rename(ctx, "", "/f", "/d/g"); err != nil {
+	if err := s.Rename(ctx, "", "/f", "/d/g", 0); err != nil {
 		t.Fatal(err)
 	}
 	n, err = s.Stat(ctx, "/d/g")
@@ -41,7 +41,7 @@ func TestSetAttrStoresModeAndOwner(t *testing.T) {
 	if err != nil || !n.Owned || n.Perm != 0o755 || n.Uid != 0 || n.Gid != 77 {
 		t.Fatalf("directory after chgrp: %v %+v", err, n)
 	}
-	if _, err := s.SetAttr(ctx, "/nope", &perm, nil, nil); !errors.Is(err, iofs.ErrNotExist) {
+	if _, err := s.SetAttr(ctx, "/nope", AttrChange{Perm: &perm}); !errors.Is(err, iofs.ErrNotExist) {
 		t.Fatalf("SetAttr of a missing path: %v", err)
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/ffkit/ffkit/fs"
 	"github.com/ffkit/ffkit/fs/kv"
 	"github.com/ffkit/ffkit/fs/transport"
 	"github.com/ffkit/ffkit/fs/trust"
@@ -230,7 +231,7 @@ func (c *Client) Readdir(ctx context.Context, path string) ([]Entry, error) {
 
 // Mkdir creates a directory (with parents: mkdir -p).
 func (c *Client) Mkdir(ctx context.Context, path string, parents bool) (*Inode, error) {
-	r, err := c.call(ctx, MMkdir, &Request{ReqID: c.newReqID(), Path: path, Parents: parents})
+	r, err := c.call(ctx, MMkdir, &Request{ReqID: c.newReqID(), Path: path, Parents: parents, Owner: ctxOwner(ctx)})
 	if err != nil {
 		return nil, err
 	}
@@ -239,16 +240,43 @@ func (c *Client) Mkdir(ctx context.Context, path string, parents bool) (*Inode, 
 
 // Create creates an empty file (exclusive: fail if it exists).
 func (c *Client) Create(ctx context.Context, path string, exclusive bool) (*Inode, error) {
-	r, err := c.call(ctx, MCreate, &Request{ReqID: c.newReqID(), Path: path, Exclusive: exclusive})
+	r, err := c.call(ctx, MCreate, &Request{ReqID: c.newReqID(), Path: path, Exclusive: exclusive, Owner: ctxOwner(ctx)})
 	if err != nil {
 		return nil, err
 	}
 	return r.Inode, nil
 }
 
-// SetAttr changes the permission bits and owner of path (nil: unchanged).
-func (c *Client) SetAttr(ctx context.Context, path string, perm, uid, gid *uint32) (*Inode, error) {
-	r, err := c.call(ctx, MSetAttr, &Request{Path: path, Perm: perm, Uid: uid, Gid: gid})
+// SetAttr changes the permission bits, owner and times of path.
+func (c *Client) SetAttr(ctx context.Context, path string, a AttrChange) (*Inode, error) {
+	r, err := c.call(ctx, MSetAttr, &Request{Path: path, Perm: a.Perm, Uid: a.Uid, Gid: a.Gid, ATime: a.ATime, MTime: a.MTime})
+	if err != nil {
+		return nil, err
+	}
+	return r.Inode, nil
+}
+
+// Mknod creates a symlink to target, a FIFO, a socket or a device node.
+func (c *Client) Mknod(ctx context.Context, path string, t Type, target string, rdev uint32) (*Inode, error) {
+	r, err := c.call(ctx, MMknod, &Request{ReqID: c.newReqID(), Path: path, Type: t, Target: target, Rdev: rdev, Owner: ctxOwner(ctx)})
+	if err != nil {
+		return nil, err
+	}
+	return r.Inode, nil
+}
+
+// Link makes dst a hard link of src.
+func (c *Client) Link(ctx context.Context, src, dst string) (*Inode, error) {
+	r, err := c.call(ctx, MLink, &Request{ReqID: c.newReqID(), Path: src, Dst: dst})
+	if err != nil {
+		return nil, err
+	}
+	return r.Inode, nil
+}
+
+// Xattr sets (XattrSet) or removes (XattrRemove) an extended attribute.
+func (c *Client) Xattr(ctx context.Context, path string, op int, name string, value []byte, flags int) (*Inode, error) {
+	r, err := c.call(ctx, MXattr, &Request{Path: path, Op: op, Name: name, Value: value, Flags: uint32(flags)})
 	if err != nil {
 		return nil, err
 	}
@@ -263,13 +291,19 @@ func (c *Client) Remove(ctx context.Context, path string) error {
 
 // Rename moves src to dst atomically.
 func (c *Client) Rename(ctx context.Context, src, dst string) error {
-	_, err := c.call(ctx, MRename, &Request{ReqID: c.newReqID(), Path: src, Dst: dst})
+	return c.RenameFlags(ctx, src, dst, 0)
+}
+
+// RenameFlags is Rename with renameat2's flags (fs.RenameNoReplace,
+// fs.RenameExchange).
+func (c *Client) RenameFlags(ctx context.Context, src, dst string, flags uint32) error {
+	_, err := c.call(ctx, MRename, &Request{ReqID: c.newReqID(), Path: src, Dst: dst, Flags: flags})
 	return err
 }
 
 // BeginFile starts a new unpublished file for path and a write session.
 func (c *Client) BeginFile(ctx context.Context, path string) (*Inode, string, error) {
-	r, err := c.call(ctx, MBeginFile, &Request{Path: path, Client: c.id})
+	r, err := c.call(ctx, MBeginFile, &Request{Path: path, Client: c.id, Owner: ctxOwner(ctx)})
 	if err != nil {
 		return nil, "", err
 	}
@@ -311,7 +345,7 @@ func (c *Client) CloseSession(ctx context.Context, inode uint64, session string,
 
 // OpenWrite opens a write session on path (create: O_CREAT; exclusive: O_EXCL).
 func (c *Client) OpenWrite(ctx context.Context, path string, create, exclusive bool) (*Inode, string, error) {
-	r, err := c.call(ctx, MOpenWrite, &Request{ReqID: c.newReqID(), Path: path, Client: c.id, Create: create, Exclusive: exclusive})
+	r, err := c.call(ctx, MOpenWrite, &Request{ReqID: c.newReqID(), Path: path, Client: c.id, Create: create, Exclusive: exclusive, Owner: ctxOwner(ctx)})
 	if err != nil {
 		return nil, "", err
 	}
@@ -334,4 +368,13 @@ func (c *Client) TruncateInode(ctx context.Context, inode uint64, size int64, se
 		return nil, err
 	}
 	return r.Inode, nil
+}
+
+// ctxOwner is the owner new nodes get: the one fs.WithOwner put in ctx
+// (nil: none stored, the mount's defaults apply).
+func ctxOwner(ctx context.Context) *fs.Owner {
+	if o, ok := fs.OwnerFrom(ctx); ok {
+		return &o
+	}
+	return nil
 }

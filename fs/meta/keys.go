@@ -23,6 +23,7 @@ const (
 	prefixIdem    = "IDEM"
 	prefixGC      = "GCQU"
 	prefixServer  = "MSRV"
+	prefixDirTime = "DTIM"
 	keyInodeAlloc = "IALC"
 )
 
@@ -34,12 +35,13 @@ type SchemaRow struct {
 
 // Schema is the whole key schema, in the order docs/meta-schema.md lists it.
 var Schema = []SchemaRow{
-	{"INOD + inode (8 bytes BE)", "Inode JSON: id, type, parent and name (no hard links), size, mtime, truncate version, layout (chunk size, chains), nlink, holes flag"},
-	{"DENT + parent inode (8 bytes BE) + name", "Dentry, 26 bytes: version 1 (1), flags (1: bit 0 directory, bit 1 owned: the inode stores permission bits and owner, which a listing reads from it), inode (8 BE), size (8 BE), mtime ns (8 BE); size and mtime are copies so that a listing is one range read"},
+	{"INOD + inode (8 bytes BE)", "Inode JSON: id, type (1 file, 2 directory, 3 symlink, 4 FIFO, 5 socket, 6 character device, 7 block device), parent and name (the name its dentry copies follow; empty once that hard link is removed), size, mtime, atime, ctime (ns), truncate version, layout (chunk size, chains; files only), nlink, holes flag, perm, uid, gid, rdev, symlink target, xattrs"},
+	{"DENT + parent inode (8 bytes BE) + name", "Dentry, 26 bytes: version 1 (1), flags (1: bit 0 directory, bit 1 owned: the inode stores permission bits and owner, which a listing reads from it, bits 4-7 the inode type, 0 in older entries), inode (8 BE), size (8 BE), mtime ns (8 BE); size and mtime are copies so that a listing is one range read"},
 	{"INOS + inode (8 bytes BE) + session id", "Session JSON: client, expiry; a write session of the inode (an unlinked inode with sessions is not collected)"},
 	{"IDEM + request id", "Idem JSON: the stored result of a create, mkdir, rename, remove or commit, and when it was stored; a retried request returns it instead of acting twice"},
 	{"GCQU + inode (8 bytes BE)", "GC JSON: the chains and first chunk index to remove of a deleted or truncated file; the collector removes the chunks, then the record (and the inode)"},
 	{"MSRV + server address", "Server JSON: a live metadata server and its lease expiry; clients find metadata servers here through mgmtd"},
+	{"DTIM + directory inode (8 bytes BE)", "16 bytes: mtime ns (8 BE), ctime ns (8 BE) of the directory's last entry change (create, remove, rename, link); written without a read, so concurrent changes in one directory do not conflict; it overrides the inode's times when newer than the inode's ctime"},
 	{"IALC", "the next free inode id (8 bytes BE); servers take ids in blocks of 1024"},
 }
 
@@ -103,6 +105,7 @@ func encodeDentry(d Dentry) []byte {
 	if d.Owned {
 		b[1] |= 2
 	}
+	b[1] |= byte(d.Type&0xf) << 4
 	b = binary.BigEndian.AppendUint64(b, d.Inode)
 	b = binary.BigEndian.AppendUint64(b, uint64(d.Size))
 	return binary.BigEndian.AppendUint64(b, uint64(d.MTime))
@@ -112,7 +115,7 @@ func decodeDentry(b []byte) (Dentry, error) {
 	if len(b) != dentrySize || b[0] != 1 {
 		return Dentry{}, fmt.Errorf("meta: bad directory entry value (%d bytes, version %d)", len(b), firstByte(b))
 	}
-	return Dentry{IsDir: b[1]&1 != 0, Owned: b[1]&2 != 0, Inode: binary.BigEndian.Uint64(b[2:10]),
+	return Dentry{IsDir: b[1]&1 != 0, Owned: b[1]&2 != 0, Type: Type(b[1] >> 4), Inode: binary.BigEndian.Uint64(b[2:10]),
 		Size: int64(binary.BigEndian.Uint64(b[10:18])), MTime: int64(binary.BigEndian.Uint64(b[18:26]))}, nil
 }
 
@@ -121,4 +124,10 @@ func firstByte(b []byte) int {
 		return -1
 	}
 	return int(b[0])
+}
+
+func dirTimeKey(dir uint64) []byte {
+	k := make([]byte, 0, 12)
+	k = append(k, prefixDirTime...)
+	return binary.BigEndian.AppendUint64(k, dir)
 }

@@ -109,24 +109,24 @@ func TestPOSIXSemantics(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	_, err := s.Mkdir(ctx, "", "/a/b", false)
+	_, err := s.Mkdir(ctx, "", "/a/b", false, nil)
 	if !errors.Is(err, iofs.ErrNotExist) {
 		t.Fatalf("mkdir without parent: %v", err)
 	}
-	_, err = s.Mkdir(ctx, "", "/a/b/c", true)
+	_, err = s.Mkdir(ctx, "", "/a/b/c", true, nil)
 	must(err)
-	if _, err := s.Mkdir(ctx, "", "/a", false); !errors.Is(err, iofs.ErrExist) {
+	if _, err := s.Mkdir(ctx, "", "/a", false, nil); !errors.Is(err, iofs.ErrExist) {
 		t.Fatalf("mkdir of an existing dir: %v", err)
 	}
-	f, err := s.Create(ctx, "", "/a/f", true)
+	f, err := s.Create(ctx, "", "/a/f", true, nil)
 	must(err)
 	if len(f.Layout.Chains) != 4 || f.Layout.ChunkSize != 1<<20 {
 		t.Fatalf("layout %+v", f.Layout)
 	}
-	if _, err := s.Create(ctx, "", "/a/f", true); !errors.Is(err, iofs.ErrExist) {
+	if _, err := s.Create(ctx, "", "/a/f", true, nil); !errors.Is(err, iofs.ErrExist) {
 		t.Fatalf("exclusive create of an existing file: %v", err)
 	}
-	if _, err := s.Create(ctx, "", "/a/f/x", false); !errors.Is(err, ErrNotDir) {
+	if _, err := s.Create(ctx, "", "/a/f/x", false, nil); !errors.Is(err, ErrNotDir) {
 		t.Fatalf("create under a file: %v", err)
 	}
 	// rmdir of a non-empty directory fails; of an empty one works.
@@ -139,11 +139,11 @@ func TestPOSIXSemantics(t *testing.T) {
 		t.Fatalf("stat removed dir: %v", err)
 	}
 	// Rename over an existing file replaces it atomically; the old one is collected.
-	g, err := s.Create(ctx, "", "/a/g", true)
+	g, err := s.Create(ctx, "", "/a/g", true, nil)
 	must(err)
 	_, err = s.Extend(ctx, g.ID, 100, 0, "")
 	must(err)
-	must(s.Rename(ctx, "", "/a/g", "/a/f"))
+	must(s.Rename(ctx, "", "/a/g", "/a/f", 0))
 	st, err := s.Stat(ctx, "/a/f")
 	must(err)
 	if st.ID != g.ID || st.Size != 100 {
@@ -163,28 +163,28 @@ func TestPOSIXSemantics(t *testing.T) {
 		t.Fatalf("replaced inode still there: %v", err)
 	}
 	// A directory cannot move under itself.
-	_, err = s.Mkdir(ctx, "", "/d1/d2/d3", true)
+	_, err = s.Mkdir(ctx, "", "/d1/d2/d3", true, nil)
 	must(err)
-	if err := s.Rename(ctx, "", "/d1", "/d1/d2/d3/x"); !errors.Is(err, ErrInvalid) {
+	if err := s.Rename(ctx, "", "/d1", "/d1/d2/d3/x", 0); !errors.Is(err, ErrInvalid) {
 		t.Fatalf("rename under itself: %v", err)
 	}
-	if err := s.Rename(ctx, "", "/d1", "/d1"); err != nil {
+	if err := s.Rename(ctx, "", "/d1", "/d1", 0); err != nil {
 		t.Fatalf("rename onto itself: %v", err)
 	}
 	// dir over non-empty dir fails, over file fails, file over dir fails.
-	_, err = s.Mkdir(ctx, "", "/e", false)
+	_, err = s.Mkdir(ctx, "", "/e", false, nil)
 	must(err)
-	if err := s.Rename(ctx, "", "/e", "/d1"); !errors.Is(err, ErrNotEmpty) {
+	if err := s.Rename(ctx, "", "/e", "/d1", 0); !errors.Is(err, ErrNotEmpty) {
 		t.Fatalf("dir over non-empty dir: %v", err)
 	}
-	if err := s.Rename(ctx, "", "/e", "/a/f"); !errors.Is(err, ErrNotDir) {
+	if err := s.Rename(ctx, "", "/e", "/a/f", 0); !errors.Is(err, ErrNotDir) {
 		t.Fatalf("dir over file: %v", err)
 	}
-	if err := s.Rename(ctx, "", "/a/f", "/e"); !errors.Is(err, ErrIsDir) {
+	if err := s.Rename(ctx, "", "/a/f", "/e", 0); !errors.Is(err, ErrIsDir) {
 		t.Fatalf("file over dir: %v", err)
 	}
-	must(s.Rename(ctx, "", "/d1/d2/d3", "/e2"))
-	must(s.Rename(ctx, "", "/e2", "/e")) // dir over empty dir
+	must(s.Rename(ctx, "", "/d1/d2/d3", "/e2", 0))
+	must(s.Rename(ctx, "", "/e2", "/e", 0)) // dir over empty dir
 	// Truncate shrinks and queues nothing left behind.
 	_, err = s.Extend(ctx, g.ID, 5<<20, 0, "")
 	must(err)
@@ -210,10 +210,10 @@ func TestPOSIXSemantics(t *testing.T) {
 func TestBeginCommitAbandon(t *testing.T) {
 	ctx := context.Background()
 	s, ch := newTestService(t, nil)
-	if _, _, err := s.BeginFile(ctx, "/nodir/x", "c"); !errors.Is(err, iofs.ErrNotExist) {
+	if _, _, err := s.BeginFile(ctx, "/nodir/x", "c", nil); !errors.Is(err, iofs.ErrNotExist) {
 		t.Fatalf("begin in a missing dir: %v", err)
 	}
-	n, sid, err := s.BeginFile(ctx, "/x", "c")
+	n, sid, err := s.BeginFile(ctx, "/x", "c", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -229,7 +229,7 @@ func TestBeginCommitAbandon(t *testing.T) {
 		t.Fatalf("retried commit: %+v %v", again, err)
 	}
 	// A second commit over it replaces it atomically.
-	m, sid2, _ := s.BeginFile(ctx, "/x", "c")
+	m, sid2, _ := s.BeginFile(ctx, "/x", "c", nil)
 	if _, err := s.CommitFile(ctx, "r2", "/x", m.ID, sid2, 7); err != nil {
 		t.Fatal(err)
 	}
@@ -238,7 +238,7 @@ func TestBeginCommitAbandon(t *testing.T) {
 		t.Fatalf("after replace: %+v", st)
 	}
 	// Abandon: collected.
-	a, sid3, _ := s.BeginFile(ctx, "/y", "c")
+	a, sid3, _ := s.BeginFile(ctx, "/y", "c", nil)
 	if err := s.AbandonFile(ctx, a.ID, sid3); err != nil {
 		t.Fatal(err)
 	}
@@ -256,8 +256,8 @@ func TestBeginCommitAbandon(t *testing.T) {
 func TestGCWaitsForSessions(t *testing.T) {
 	ctx := context.Background()
 	s, ch := newTestService(t, nil)
-	f, _ := s.Create(ctx, "", "/f", true)
-	_, sid, err := s.OpenWrite(ctx, "", "/f", "c", false, false)
+	f, _ := s.Create(ctx, "", "/f", true, nil)
+	_, sid, err := s.OpenWrite(ctx, "", "/f", "c", false, false, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -281,7 +281,7 @@ func TestGCWaitsForSessions(t *testing.T) {
 func TestLengthIsMaxAcknowledgedEnd(t *testing.T) {
 	ctx := context.Background()
 	s, _ := newTestService(t, nil)
-	f, _ := s.Create(ctx, "", "/f", true)
+	f, _ := s.Create(ctx, "", "/f", true, nil)
 	var wg sync.WaitGroup
 	for w := 0; w < 8; w++ {
 		wg.Add(1)
@@ -317,7 +317,7 @@ func TestConcurrentCreatesOneWins(t *testing.T) {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				_, err := s.Create(ctx, "", name, true)
+				_, err := s.Create(ctx, "", name, true, nil)
 				mu.Lock()
 				defer mu.Unlock()
 				switch {
@@ -344,17 +344,17 @@ func TestConcurrentRenamesNoCycle(t *testing.T) {
 	s, _ := newTestService(t, nil)
 	for round := 0; round < 20; round++ {
 		a, b := fmt.Sprintf("/r%d/a", round), fmt.Sprintf("/r%d/b", round)
-		if _, err := s.Mkdir(ctx, "", a, true); err != nil {
+		if _, err := s.Mkdir(ctx, "", a, true, nil); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := s.Mkdir(ctx, "", b, false); err != nil {
+		if _, err := s.Mkdir(ctx, "", b, false, nil); err != nil {
 			t.Fatal(err)
 		}
 		var wg sync.WaitGroup
 		errs := make([]error, 2)
 		wg.Add(2)
-		go func() { defer wg.Done(); errs[0] = s.Rename(ctx, "", a, b+"/a") }()
-		go func() { defer wg.Done(); errs[1] = s.Rename(ctx, "", b, a+"/b") }()
+		go func() { defer wg.Done(); errs[0] = s.Rename(ctx, "", a, b+"/a", 0) }()
+		go func() { defer wg.Done(); errs[1] = s.Rename(ctx, "", b, a+"/b", 0) }()
 		wg.Wait()
 		ok := 0
 		for _, err := range errs {
@@ -445,7 +445,7 @@ func TestGCExpiredSessionsPaged(t *testing.T) {
 	}
 	var ids []uint64
 	for i := 0; i < 10; i++ {
-		n, _, err := s.BeginFile(ctx, fmt.Sprintf("/dead%d", i), "gone")
+		n, _, err := s.BeginFile(ctx, fmt.Sprintf("/dead%d", i), "gone", nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -476,7 +476,7 @@ func TestConcurrentDeepRenamesNoCycle(t *testing.T) {
 	for round := 0; round < 30; round++ {
 		r := fmt.Sprintf("/d%d", round)
 		for _, p := range []string{r + "/a/x", r + "/b/c/d"} {
-			if _, err := s.Mkdir(ctx, "", p, true); err != nil {
+			if _, err := s.Mkdir(ctx, "", p, true, nil); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -484,8 +484,8 @@ func TestConcurrentDeepRenamesNoCycle(t *testing.T) {
 		errs := make([]error, 2)
 		start := make(chan struct{})
 		wg.Add(2)
-		go func() { defer wg.Done(); <-start; errs[0] = s.Rename(ctx, "", r+"/a", r+"/b/c/d/a") }()
-		go func() { defer wg.Done(); <-start; errs[1] = s.Rename(ctx, "", r+"/b", r+"/a/x/b") }()
+		go func() { defer wg.Done(); <-start; errs[0] = s.Rename(ctx, "", r+"/a", r+"/b/c/d/a", 0) }()
+		go func() { defer wg.Done(); <-start; errs[1] = s.Rename(ctx, "", r+"/b", r+"/a/x/b", 0) }()
 		close(start)
 		wg.Wait()
 		ok := 0

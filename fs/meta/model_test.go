@@ -253,13 +253,13 @@ func runModel(t *testing.T, store kv.Store, seed uint64, steps int) {
 			parents := r.IntN(2) == 0
 			op = "mkdir " + p
 			want = m.mkdir(p, parents)
-			_, err := s.Mkdir(ctx, "", p, parents)
+			_, err := s.Mkdir(ctx, "", p, parents, nil)
 			got = errClass(err)
 		case k < 4:
 			excl := r.IntN(2) == 0
 			op = "create " + p
 			want = m.create(p, excl)
-			_, err := s.Create(ctx, "", p, excl)
+			_, err := s.Create(ctx, "", p, excl, nil)
 			got = errClass(err)
 		case k < 6:
 			op = "remove " + p
@@ -268,7 +268,7 @@ func runModel(t *testing.T, store kv.Store, seed uint64, steps int) {
 		case k < 8:
 			op = "rename " + p + " " + q
 			want = m.rename(p, q)
-			got = errClass(s.Rename(ctx, "", p, q))
+			got = errClass(s.Rename(ctx, "", p, q, 0))
 		default:
 			op = "stat " + p
 			want = m.stat(p)
@@ -329,13 +329,13 @@ func TestConcurrentRandomOpsKeepATree(t *testing.T) {
 				var err error
 				switch r.IntN(5) {
 				case 0:
-					_, err = s.Mkdir(ctx, "", p, r.IntN(2) == 0)
+					_, err = s.Mkdir(ctx, "", p, r.IntN(2) == 0, nil)
 				case 1:
-					_, err = s.Create(ctx, "", p, r.IntN(2) == 0)
+					_, err = s.Create(ctx, "", p, r.IntN(2) == 0, nil)
 				case 2:
 					err = s.Remove(ctx, "", p)
 				default:
-					err = s.Rename(ctx, "", p, q)
+					err = s.Rename(ctx, "", p, q, 0)
 				}
 				if c := errClass(err); strings.HasPrefix(c, "other") {
 					t.Errorf("%v", err)

@@ -12,18 +12,18 @@ func TestReaddirCarriesOwners(t *testing.T) {
 	ctx := context.Background()
 	s, _ := newTestService(t, nil)
 	for _, p := range []string{"/d/a", "/d/b"} {
-		if _, err := s.Mkdir(ctx, "", "/d", true); err != nil {
+		if _, err := s.Mkdir(ctx, "", "/d", true, nil); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := s.Create(ctx, "", p, true); err != nil {
+		if _, err := s.Create(ctx, "", p, true, nil); err != nil {
 			t.Fatal(err)
 		}
 	}
 	perm, uid, gid := uint32(0o640), uint32(1001), uint32(1002)
-	if _, err := s.SetAttr(ctx, "/d/a", &perm, &uid, &gid); err != nil {
+	if _, err := s.SetAttr(ctx, "/d/a", AttrChange{Perm: &perm, Uid: &uid, Gid: &gid}); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Rename(ctx, "", "/d/a", "/d/c"); err != nil {
+	if err := s.Rename(ctx, "", "/d/a", "/d/c", 0); err != nil {
 		t.Fatal(err)
 	}
 	ents, err := s.Readdir(ctx, "/d")

@@ -1,5 +1,7 @@
 package meta
 
+import "github.com/ffkit/ffkit/fs"
+
 // Method numbers of the metadata service (mgmtd answers 1-15, storage
 // 16-47, meta 48-79).
 const (
@@ -18,6 +20,9 @@ const (
 	MOpenWrite
 	MTruncate
 	MSetAttr
+	MMknod
+	MLink
+	MXattr
 )
 
 // Request is the header of every metadata call; each method reads the
@@ -41,6 +46,22 @@ type Request struct {
 	Perm *uint32 `json:"perm,omitempty"`
 	Uid  *uint32 `json:"uid,omitempty"`
 	Gid  *uint32 `json:"gid,omitempty"`
+	// ATime, MTime: SetAttr's new times, unix ns (nil: unchanged).
+	ATime *int64 `json:"atime,omitempty"`
+	MTime *int64 `json:"mtime,omitempty"`
+	// Owner: the mode and owner of a new node (nil: none stored).
+	Owner *fs.Owner `json:"owner,omitempty"`
+	// Flags: rename's (fs.RenameNoReplace, fs.RenameExchange) or
+	// setxattr's (fs.XattrCreate, fs.XattrReplace).
+	Flags uint32 `json:"flags,omitempty"`
+	// Type, Target, Rdev: mknod's node type, symlink target, device number.
+	Type   Type   `json:"type,omitempty"`
+	Target string `json:"target,omitempty"`
+	Rdev   uint32 `json:"rdev,omitempty"`
+	// Op, Name, Value: an xattr change (XattrSet, XattrRemove).
+	Op    int    `json:"op,omitempty"`
+	Name  string `json:"name,omitempty"`
+	Value []byte `json:"value,omitempty"`
 }
 
 // Response is the header of every metadata reply.

@@ -199,6 +199,7 @@ var methodNames = map[uint16]string{
 	MRemove: "remove", MRename: "rename", MBeginFile: "begin_file", MCommitFile: "commit_file",
 	MAbandonFile: "abandon_file", MExtend: "extend", MCloseSession: "close_session",
 	MOpenWrite: "open_write", MTruncate: "truncate", MSetAttr: "set_attr",
+	MMknod: "mknod", MLink: "link", MXattr: "xattr",
 }
 
 func (s *Server) handle(ctx context.Context, req *transport.Request) (any, [][]byte, error) {
@@ -257,15 +258,15 @@ func (s *Server) serve(ctx context.Context, m uint16, r *Request) (*Response, er
 	case MReaddir:
 		out.Entries, err = s.svc.Readdir(ctx, r.Path)
 	case MMkdir:
-		n, err = s.svc.Mkdir(ctx, r.ReqID, r.Path, r.Parents)
+		n, err = s.svc.Mkdir(ctx, r.ReqID, r.Path, r.Parents, r.Owner)
 	case MCreate:
-		n, err = s.svc.Create(ctx, r.ReqID, r.Path, r.Exclusive)
+		n, err = s.svc.Create(ctx, r.ReqID, r.Path, r.Exclusive, r.Owner)
 	case MRemove:
 		err = s.svc.Remove(ctx, r.ReqID, r.Path)
 	case MRename:
-		err = s.svc.Rename(ctx, r.ReqID, r.Path, r.Dst)
+		err = s.svc.Rename(ctx, r.ReqID, r.Path, r.Dst, r.Flags)
 	case MBeginFile:
-		n, out.Session, err = s.svc.BeginFile(ctx, r.Path, r.Client)
+		n, out.Session, err = s.svc.BeginFile(ctx, r.Path, r.Client, r.Owner)
 	case MCommitFile:
 		n, err = s.svc.CommitFile(ctx, r.ReqID, r.Path, r.Inode, r.Session, r.Size)
 	case MAbandonFile:
@@ -275,9 +276,15 @@ func (s *Server) serve(ctx context.Context, m uint16, r *Request) (*Response, er
 	case MCloseSession:
 		n, err = s.svc.CloseSession(ctx, r.Inode, r.Session, r.Size, r.TruncVer)
 	case MOpenWrite:
-		n, out.Session, err = s.svc.OpenWrite(ctx, r.ReqID, r.Path, r.Client, r.Create, r.Exclusive)
+		n, out.Session, err = s.svc.OpenWrite(ctx, r.ReqID, r.Path, r.Client, r.Create, r.Exclusive, r.Owner)
 	case MSetAttr:
-		n, err = s.svc.SetAttr(ctx, r.Path, r.Perm, r.Uid, r.Gid)
+		n, err = s.svc.SetAttr(ctx, r.Path, AttrChange{Perm: r.Perm, Uid: r.Uid, Gid: r.Gid, ATime: r.ATime, MTime: r.MTime})
+	case MMknod:
+		n, err = s.svc.Mknod(ctx, r.ReqID, r.Path, r.Type, r.Target, r.Rdev, r.Owner)
+	case MLink:
+		n, err = s.svc.Link(ctx, r.ReqID, r.Path, r.Dst)
+	case MXattr:
+		n, err = s.svc.Xattr(ctx, r.Path, r.Op, r.Name, r.Value, int(r.Flags))
 	case MTruncate:
 		if r.Path == "" {
 			n, err = s.svc.TruncateInode(ctx, r.Inode, r.Size, r.Session)

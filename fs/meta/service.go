@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/ffkit/ffkit/fs"
 	"github.com/ffkit/ffkit/fs/kv"
 	"github.com/ffkit/ffkit/fs/proto"
 )
@@ -69,7 +70,8 @@ func NewService(ctx context.Context, opts Options) (*Service, error) {
 		if err != nil || ok {
 			return err
 		}
-		putInode(tx, &Inode{ID: RootInode, Type: TypeDir, Parent: RootInode, Nlink: 2, MTime: nowNano()})
+		now := nowNano()
+		putInode(tx, &Inode{ID: RootInode, Type: TypeDir, Parent: RootInode, Nlink: 2, MTime: now, ATime: now, CTime: now})
 		return nil
 	})
 	if err != nil {
@@ -179,11 +181,61 @@ func getInode(ctx context.Context, r reader, id uint64) (*Inode, error) {
 func putInode(tx kv.Txn, n *Inode) { setJSON(tx, inodeKey(n.ID), n) }
 
 func dentryOf(n *Inode) Dentry {
-	return Dentry{Inode: n.ID, IsDir: n.IsDir(), Size: n.Size, MTime: n.MTime, Owned: n.Owned}
+	return Dentry{Inode: n.ID, IsDir: n.IsDir(), Type: n.Type, Size: n.Size, MTime: n.MTime, Owned: n.Owned}
+}
+
+// newInode is a fresh inode of type t with all three times now and the
+// owner o (nil: none stored, the mount's defaults apply). In a parent
+// directory with the setgid bit, it takes the directory's group, and a
+// new directory keeps the bit (as Linux does).
+func newInode(id uint64, t Type, parent *Inode, name string, o *fs.Owner) *Inode {
+	now := nowNano()
+	n := &Inode{ID: id, Type: t, Parent: parent.ID, Name: name, Nlink: 1, MTime: now, ATime: now, CTime: now}
+	if t == TypeDir {
+		n.Nlink = 2
+	}
+	if o != nil {
+		n.Owned, n.Perm, n.Uid, n.Gid = true, o.Perm&0o7777, o.Uid, o.Gid
+		if parent.Owned && parent.Perm&0o2000 != 0 {
+			n.Gid = parent.Gid
+			if t == TypeDir {
+				n.Perm |= 0o2000
+			}
+		}
+	}
+	return n
 }
 
 func putDentry(tx kv.Txn, parent uint64, name string, n *Inode) {
 	tx.Set(dentryKey(parent, name), encodeDentry(dentryOf(n)))
+}
+
+// touchDir records that an entry of directory dir changed now (its mtime
+// and ctime), with a blind write: concurrent creates in one directory do
+// not conflict on it.
+func touchDir(tx kv.Txn, dir uint64) {
+	now := uint64(nowNano())
+	b := binary.BigEndian.AppendUint64(make([]byte, 0, 16), now)
+	tx.Set(dirTimeKey(dir), binary.BigEndian.AppendUint64(b, now))
+}
+
+// withDirTimes applies directory n's last entry change (DTIM) to its
+// times: mtime when the change is newer than n's own last change (a
+// utimensat after it wins), ctime when newer.
+func withDirTimes(ctx context.Context, r reader, n *Inode) error {
+	if !n.IsDir() {
+		return nil
+	}
+	b, ok, err := r.Get(ctx, dirTimeKey(n.ID))
+	if err != nil || !ok || len(b) != 16 {
+		return err
+	}
+	m, c := int64(binary.BigEndian.Uint64(b[:8])), int64(binary.BigEndian.Uint64(b[8:]))
+	if m > n.CTime {
+		n.MTime = m
+	}
+	n.CTime = max(n.CTime, c)
+	return nil
 }
 
 func getDentry(ctx context.Context, r reader, key []byte, d *Dentry) (bool, error) {
@@ -241,18 +293,27 @@ func lookupEntry(ctx context.Context, tx kv.Txn, op, path string, comps []string
 }
 
 func parentDir(ctx context.Context, tx kv.Txn, path string, comps []string) (uint64, error) {
-	pid, _, err := walk(ctx, snap{tx}, path, comps[:len(comps)-1])
+	p, err := parentInode(ctx, tx, path, comps)
 	if err != nil {
 		return 0, err
 	}
+	return p.ID, nil
+}
+
+// parentInode is parentDir returning the directory's inode.
+func parentInode(ctx context.Context, tx kv.Txn, path string, comps []string) (*Inode, error) {
+	pid, _, err := walk(ctx, snap{tx}, path, comps[:len(comps)-1])
+	if err != nil {
+		return nil, err
+	}
 	p, err := getInode(ctx, tx, pid)
 	if err != nil {
-		return 0, merr(iofs.ErrNotExist, "meta: %s: parent directory", path)
+		return nil, merr(iofs.ErrNotExist, "meta: %s: parent directory", path)
 	}
 	if !p.IsDir() {
-		return 0, merr(ErrNotDir, "meta: %s: parent", path)
+		return nil, merr(ErrNotDir, "meta: %s: parent", path)
 	}
-	return pid, nil
+	return p, nil
 }
 
 // withIdem runs fn in a transaction that stores fn's result under the
@@ -310,8 +371,10 @@ func (s *Service) Stat(ctx context.Context, path string) (*Inode, error) {
 		if err != nil {
 			return err
 		}
-		n, err = getInode(ctx, tx, id)
-		return err
+		if n, err = getInode(ctx, tx, id); err != nil {
+			return err
+		}
+		return withDirTimes(ctx, tx, n)
 	})
 	return n, err
 }
@@ -321,8 +384,10 @@ func (s *Service) StatInode(ctx context.Context, id uint64) (*Inode, error) {
 	var n *Inode
 	err := s.store.View(ctx, func(tx kv.ReadTxn) error {
 		var err error
-		n, err = getInode(ctx, tx, id)
-		return err
+		if n, err = getInode(ctx, tx, id); err != nil {
+			return err
+		}
+		return withDirTimes(ctx, tx, n)
 	})
 	return n, err
 }
@@ -377,7 +442,9 @@ func (s *Service) Readdir(ctx context.Context, path string) ([]Entry, error) {
 
 // Mkdir creates the directory at path; with parents, missing parents too,
 // and an existing directory is not an error.
-func (s *Service) Mkdir(ctx context.Context, req, path string, parents bool) (*Inode, error) {
+//
+// The last directory gets owner o (nil: none stored); missing parents get none.
+func (s *Service) Mkdir(ctx context.Context, req, path string, parents bool, o *fs.Owner) (*Inode, error) {
 	comps, err := splitPath(path)
 	if err != nil {
 		return nil, err
@@ -422,7 +489,8 @@ func (s *Service) Mkdir(ctx context.Context, req, path string, parents bool) (*I
 				return nil, merr(iofs.ErrNotExist, "meta: mkdir %s: parent %s", path, c)
 			}
 			// Create c in cur: the parent must still exist, the name be free.
-			if _, err := getInode(ctx, tx, cur); err != nil {
+			parent, err := getInode(ctx, tx, cur)
+			if err != nil {
 				return nil, merr(iofs.ErrNotExist, "meta: mkdir %s: parent", path)
 			}
 			if _, ok, err := tx.Get(ctx, dentryKey(cur, c)); err != nil || ok {
@@ -431,9 +499,14 @@ func (s *Service) Mkdir(ctx context.Context, req, path string, parents bool) (*I
 				}
 				return nil, err
 			}
-			n := &Inode{ID: ids[i], Type: TypeDir, Parent: cur, Name: c, Nlink: 2, MTime: nowNano()}
+			var owner *fs.Owner
+			if i == len(comps)-1 {
+				owner = o
+			}
+			n := newInode(ids[i], TypeDir, parent, c, owner)
 			putInode(tx, n)
 			putDentry(tx, cur, c, n)
+			touchDir(tx, cur)
 			cur, last = n.ID, n
 		}
 		return last, nil
@@ -447,7 +520,8 @@ func (s *Service) Mkdir(ctx context.Context, req, path string, parents bool) (*I
 // Create creates an empty file at path with a new layout. With exclusive,
 // an existing file is an error (of two exclusive creates of one name,
 // exactly one succeeds); without, the existing file is returned.
-func (s *Service) Create(ctx context.Context, req, path string, exclusive bool) (*Inode, error) {
+// A new file gets owner o (nil: none stored).
+func (s *Service) Create(ctx context.Context, req, path string, exclusive bool, o *fs.Owner) (*Inode, error) {
 	comps, err := splitPath(path)
 	if err != nil {
 		return nil, err
@@ -465,10 +539,11 @@ func (s *Service) Create(ctx context.Context, req, path string, exclusive bool) 
 	}
 	var out Inode
 	err = s.withIdem(ctx, req, func(tx kv.Txn) (any, error) {
-		pid, err := parentDir(ctx, tx, path, comps)
+		parent, err := parentInode(ctx, tx, path, comps)
 		if err != nil {
 			return nil, err
 		}
+		pid := parent.ID
 		name := comps[len(comps)-1]
 		var de Dentry
 		ok, err := getDentry(ctx, tx, dentryKey(pid, name), &de)
@@ -482,11 +557,17 @@ func (s *Service) Create(ctx context.Context, req, path string, exclusive bool) 
 			if exclusive {
 				return nil, merr(iofs.ErrExist, "meta: create %s", path)
 			}
-			return getInode(ctx, tx, de.Inode)
+			n, err := getInode(ctx, tx, de.Inode)
+			if err == nil && n.Type != TypeFile {
+				return nil, merr(ErrInvalid, "meta: create %s: not a regular file", path)
+			}
+			return n, err
 		}
-		n := &Inode{ID: id, Type: TypeFile, Parent: pid, Name: name, Nlink: 1, MTime: nowNano(), Layout: layout}
+		n := newInode(id, TypeFile, parent, name, o)
+		n.Layout = layout
 		putInode(tx, n)
 		putDentry(tx, pid, name, n)
+		touchDir(tx, pid)
 		return n, nil
 	}, &out)
 	if err != nil {
@@ -505,6 +586,23 @@ func unlinkFile(tx kv.Txn, n *Inode) {
 	} else {
 		tx.Delete(inodeKey(n.ID))
 	}
+}
+
+// dropName removes the name (pid, name) of non-directory n (read
+// conflict-checked): the last name unlinks it, an earlier one of several
+// hard links only counts it down.
+func dropName(tx kv.Txn, n *Inode, pid uint64, name string) {
+	tx.Delete(dentryKey(pid, name))
+	if n.Nlink > 1 {
+		n.Nlink--
+		n.CTime = nowNano()
+		if n.Parent == pid && n.Name == name {
+			n.Name = ""
+		}
+		putInode(tx, n)
+		return
+	}
+	unlinkFile(tx, n)
 }
 
 // Remove removes the file or empty directory at path.
@@ -526,6 +624,7 @@ func (s *Service) Remove(ctx context.Context, req, path string) error {
 			return nil, err
 		}
 		tx.Delete(dentryKey(pid, name))
+		touchDir(tx, pid)
 		if n.IsDir() {
 			p := dentryPrefix(n.ID)
 			kids, err := tx.Range(ctx, p, kv.PrefixEnd(p), 1)
@@ -536,9 +635,10 @@ func (s *Service) Remove(ctx context.Context, req, path string) error {
 				return nil, merr(ErrNotEmpty, "meta: remove %s", path)
 			}
 			tx.Delete(inodeKey(n.ID))
+			tx.Delete(dirTimeKey(n.ID))
 			return true, nil
 		}
-		unlinkFile(tx, n)
+		dropName(tx, n, pid, name)
 		return true, nil
 	}, nil)
 }
@@ -547,7 +647,10 @@ func (s *Service) Remove(ctx context.Context, req, path string) error {
 // (its chunks collected); an existing empty directory is replaced by a
 // directory. A directory cannot move under itself: of two concurrent
 // renames that would together make a cycle, one fails with ErrInvalid.
-func (s *Service) Rename(ctx context.Context, req, src, dst string) error {
+//
+// flags are renameat2's: fs.RenameNoReplace fails with ErrExist when dst
+// exists; fs.RenameExchange swaps src and dst (both must exist).
+func (s *Service) Rename(ctx context.Context, req, src, dst string, flags uint32) error {
 	sc, err := splitPath(src)
 	if err != nil {
 		return err
@@ -574,23 +677,8 @@ func (s *Service) Rename(ctx context.Context, req, src, dst string) error {
 			return nil, err
 		}
 		if n.IsDir() {
-			// Walk up from the destination's parent with conflict-checked
-			// reads: src must not be an ancestor (or the parent itself).
-			for cur, steps := dp, 0; ; steps++ {
-				if cur == n.ID {
-					return nil, merr(ErrInvalid, "meta: rename %s to %s: a directory cannot move under itself", src, dst)
-				}
-				if cur == RootInode {
-					break
-				}
-				a, err := getInode(ctx, tx, cur)
-				if err != nil {
-					return nil, err
-				}
-				if steps > 4096 {
-					return nil, fmt.Errorf("meta: rename %s: directory chain too deep at inode %d", dst, cur)
-				}
-				cur = a.Parent
+			if err := notUnder(ctx, tx, n.ID, dp, src, dst); err != nil {
+				return nil, err
 			}
 		}
 		var dde Dentry
@@ -598,7 +686,37 @@ func (s *Service) Rename(ctx context.Context, req, src, dst string) error {
 		if err != nil {
 			return nil, err
 		}
+		if flags&fs.RenameExchange != 0 {
+			if !ok {
+				return nil, merr(iofs.ErrNotExist, "meta: rename %s to %s (exchange)", src, dst)
+			}
+			if dde.Inode == n.ID {
+				return true, nil
+			}
+			old, err := getInode(ctx, tx, dde.Inode)
+			if err != nil {
+				return nil, err
+			}
+			if old.IsDir() {
+				if err := notUnder(ctx, tx, old.ID, sp, dst, src); err != nil {
+					return nil, err
+				}
+			}
+			now := nowNano()
+			n.Parent, n.Name, n.CTime = dp, dname, now
+			old.Parent, old.Name, old.CTime = sp, sname, now
+			putInode(tx, n)
+			putInode(tx, old)
+			putDentry(tx, dp, dname, n)
+			putDentry(tx, sp, sname, old)
+			touchDir(tx, sp)
+			touchDir(tx, dp)
+			return true, nil
+		}
 		if ok {
+			if flags&fs.RenameNoReplace != 0 {
+				return nil, merr(iofs.ErrExist, "meta: rename %s to %s", src, dst)
+			}
 			if dde.Inode == n.ID {
 				return true, nil // same file: nothing to do
 			}
@@ -621,16 +739,42 @@ func (s *Service) Rename(ctx context.Context, req, src, dst string) error {
 					return nil, merr(ErrNotEmpty, "meta: rename %s to %s", src, dst)
 				}
 				tx.Delete(inodeKey(old.ID))
+				tx.Delete(dirTimeKey(old.ID))
 			default:
-				unlinkFile(tx, old)
+				dropName(tx, old, dp, dname)
 			}
 		}
 		tx.Delete(dentryKey(sp, sname))
-		n.Parent, n.Name = dp, dname
+		touchDir(tx, sp)
+		touchDir(tx, dp)
+		n.Parent, n.Name, n.CTime = dp, dname, nowNano()
 		putInode(tx, n)
 		putDentry(tx, dp, dname, n)
 		return true, nil
 	}, nil)
+}
+
+// notUnder fails with ErrInvalid if directory dir is dp or one of its
+// ancestors (so moving dir into dp would make a cycle). It walks up from
+// dp with conflict-checked reads: of two concurrent renames that would
+// together make a cycle, one conflicts.
+func notUnder(ctx context.Context, tx kv.Txn, dir, dp uint64, src, dst string) error {
+	for cur, steps := dp, 0; ; steps++ {
+		if cur == dir {
+			return merr(ErrInvalid, "meta: rename %s to %s: a directory cannot move under itself", src, dst)
+		}
+		if cur == RootInode {
+			return nil
+		}
+		a, err := getInode(ctx, tx, cur)
+		if err != nil {
+			return err
+		}
+		if steps > 4096 {
+			return fmt.Errorf("meta: rename %s: directory chain too deep at inode %d", dst, cur)
+		}
+		cur = a.Parent
+	}
 }
 
 // --- files: write sessions, publication, length ---
@@ -638,7 +782,8 @@ func (s *Service) Rename(ctx context.Context, req, src, dst string) error {
 // BeginFile starts a new file to be published at path by CommitFile: it
 // allocates an inode with a layout that no directory names yet and opens
 // a write session on it. The parent directory must exist.
-func (s *Service) BeginFile(ctx context.Context, path, client string) (*Inode, string, error) {
+// The file gets owner o (nil: none stored).
+func (s *Service) BeginFile(ctx context.Context, path, client string, o *fs.Owner) (*Inode, string, error) {
 	comps, err := splitPath(path)
 	if err != nil {
 		return nil, "", err
@@ -655,12 +800,15 @@ func (s *Service) BeginFile(ctx context.Context, path, client string) (*Inode, s
 		return nil, "", err
 	}
 	sid := newSessionID()
-	n := &Inode{ID: id, Type: TypeFile, Layout: layout, MTime: nowNano()}
+	var n *Inode
 	err = s.store.Update(ctx, func(tx kv.Txn) error {
-		pid, err := parentDir(ctx, tx, path, comps)
+		parent, err := parentInode(ctx, tx, path, comps)
 		if err != nil {
 			return err
 		}
+		pid := parent.ID
+		n = newInode(id, TypeFile, parent, "", o)
+		n.Parent, n.Nlink, n.Layout = 0, 0, layout
 		var de Dentry
 		ok, err := getDentry(ctx, snap{tx}, dentryKey(pid, comps[len(comps)-1]), &de)
 		if err != nil {
@@ -681,9 +829,9 @@ func (s *Service) BeginFile(ctx context.Context, path, client string) (*Inode, s
 
 // OpenWrite opens a write session on the existing file at path (for
 // writers at any offset); with create, a missing file is created first.
-func (s *Service) OpenWrite(ctx context.Context, req, path, client string, create, exclusive bool) (*Inode, string, error) {
+func (s *Service) OpenWrite(ctx context.Context, req, path, client string, create, exclusive bool, o *fs.Owner) (*Inode, string, error) {
 	if create {
-		if _, err := s.Create(ctx, req, path, exclusive); err != nil {
+		if _, err := s.Create(ctx, req, path, exclusive, o); err != nil {
 			return nil, "", err
 		}
 	}
@@ -703,6 +851,9 @@ func (s *Service) OpenWrite(ctx context.Context, req, path, client string, creat
 		}
 		if n, err = getInode(ctx, tx, id); err != nil {
 			return err
+		}
+		if n.Type != TypeFile {
+			return merr(ErrInvalid, "meta: open %s for writing: not a regular file", path)
 		}
 		if !n.Holes {
 			// Written at offsets from now on: it may have holes.
@@ -761,12 +912,14 @@ func (s *Service) CommitFile(ctx context.Context, req, path string, inode uint64
 			if err != nil {
 				return nil, err
 			}
-			unlinkFile(tx, old)
+			dropName(tx, old, pid, name)
 		}
 		tx.Delete(sessionKey(inode, sid))
+		touchDir(tx, pid)
 		n.Parent, n.Name, n.Nlink = pid, name, 1
 		n.Size = max(n.Size, size)
 		n.MTime = nowNano()
+		n.CTime = n.MTime
 		putInode(tx, n)
 		putDentry(tx, pid, name, n)
 		return n, nil
@@ -795,8 +948,9 @@ func (s *Service) Extend(ctx context.Context, inode uint64, end int64, truncVer 
 			return nil
 		}
 		n.Size, n.MTime = end, nowNano()
+		n.CTime = n.MTime
 		putInode(tx, n)
-		if n.Parent != 0 {
+		if n.linked() {
 			putDentry(tx, n.Parent, n.Name, n)
 		}
 		return nil
@@ -908,6 +1062,9 @@ func (s *Service) truncate(ctx context.Context, what string, size int64, sid str
 		if n.IsDir() {
 			return merr(ErrIsDir, "meta: truncate %s", what)
 		}
+		if n.Type != TypeFile {
+			return merr(ErrInvalid, "meta: truncate %s: not a regular file", what)
+		}
 		if size < n.Size {
 			p := sessionPrefix(id)
 			ss, err := tx.Range(ctx, p, kv.PrefixEnd(p), 0)
@@ -927,8 +1084,9 @@ func (s *Service) truncate(ctx context.Context, what string, size int64, sid str
 			}
 		}
 		n.Size, n.MTime = size, nowNano()
+		n.CTime = n.MTime
 		putInode(tx, n)
-		if n.Parent != 0 {
+		if n.linked() {
 			putDentry(tx, n.Parent, n.Name, n)
 		}
 		return nil
@@ -948,11 +1106,52 @@ func newSessionID() string {
 	return fmt.Sprintf("%016x%016x", rand.Uint64(), rand.Uint64())
 }
 
-// SetAttr changes the permission bits (perm & 07777) and owner of the
-// file or directory at path; nil arguments stay. An inode without stored
-// ones gets the defaults first (0644 files, 0755 directories, owner 0).
+// AttrChange is what SetAttr changes; nil fields stay.
+type AttrChange struct {
+	Perm *uint32 `json:"perm,omitempty"` // & 07777
+	Uid  *uint32 `json:"uid,omitempty"`
+	Gid  *uint32 `json:"gid,omitempty"`
+	// ATime and MTime: unix nanoseconds.
+	ATime *int64 `json:"atime,omitempty"`
+	MTime *int64 `json:"mtime,omitempty"`
+}
+
+// SetAttr changes the permission bits, owner and times of the node at
+// path (permission checks are the caller's: the FUSE mount, the kernel).
+// An inode without stored mode and owner gets the defaults first (0644
+// files, 0755 directories, owner 0). Any change sets the change time.
 // It is idempotent, so a retry needs no request id.
-func (s *Service) SetAttr(ctx context.Context, path string, perm, uid, gid *uint32) (*Inode, error) {
+func (s *Service) SetAttr(ctx context.Context, path string, c AttrChange) (*Inode, error) {
+	return s.updateInode(ctx, path, func(n *Inode) error {
+		if !n.Owned {
+			n.Owned, n.Perm, n.Uid, n.Gid = true, 0o644, 0, 0
+			if n.IsDir() {
+				n.Perm = 0o755
+			}
+		}
+		if c.Perm != nil {
+			n.Perm = *c.Perm & 0o7777
+		}
+		if c.Uid != nil {
+			n.Uid = *c.Uid
+		}
+		if c.Gid != nil {
+			n.Gid = *c.Gid
+		}
+		if c.ATime != nil {
+			n.ATime = *c.ATime
+		}
+		if c.MTime != nil {
+			n.MTime = *c.MTime
+		}
+		n.CTime = nowNano()
+		return nil
+	})
+}
+
+// updateInode applies fn to the inode at path in one transaction (fn may
+// run more than once) and refreshes the entry's copies of size and time.
+func (s *Service) updateInode(ctx context.Context, path string, fn func(n *Inode) error) (*Inode, error) {
 	comps, err := splitPath(path)
 	if err != nil {
 		return nil, err
@@ -966,24 +1165,12 @@ func (s *Service) SetAttr(ctx context.Context, path string, perm, uid, gid *uint
 		if n, err = getInode(ctx, tx, id); err != nil {
 			return err
 		}
-		if !n.Owned {
-			n.Owned, n.Perm, n.Uid, n.Gid = true, 0o644, 0, 0
-			if n.IsDir() {
-				n.Perm = 0o755
-			}
-		}
-		if perm != nil {
-			n.Perm = *perm & 0o7777
-		}
-		if uid != nil {
-			n.Uid = *uid
-		}
-		if gid != nil {
-			n.Gid = *gid
+		if err := fn(n); err != nil {
+			return err
 		}
 		putInode(tx, n)
-		if n.ID != RootInode && n.Parent != 0 {
-			putDentry(tx, n.Parent, n.Name, n) // its Owned flag
+		if n.linked() && id != RootInode {
+			putDentry(tx, n.Parent, n.Name, n)
 		}
 		return nil
 	})
@@ -991,4 +1178,148 @@ func (s *Service) SetAttr(ctx context.Context, path string, perm, uid, gid *uint
 		return nil, err
 	}
 	return n, nil
+}
+
+// Mknod creates a metadata-only node at path: a symlink to target, a
+// FIFO, a socket or a device node (rdev), with owner o (nil: none stored).
+func (s *Service) Mknod(ctx context.Context, req, path string, t Type, target string, rdev uint32, o *fs.Owner) (*Inode, error) {
+	comps, err := splitPath(path)
+	if err != nil {
+		return nil, err
+	}
+	if t < TypeSymlink || t > TypeBlock {
+		return nil, merr(ErrInvalid, "meta: mknod %s: type %d", path, t)
+	}
+	if len(comps) == 0 {
+		return nil, merr(iofs.ErrExist, "meta: mknod /")
+	}
+	if t == TypeSymlink && (target == "" || len(target) > 4095) {
+		return nil, merr(ErrInvalid, "meta: symlink %s: target of %d bytes", path, len(target))
+	}
+	id, err := s.allocID(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var out Inode
+	err = s.withIdem(ctx, req, func(tx kv.Txn) (any, error) {
+		parent, err := parentInode(ctx, tx, path, comps)
+		if err != nil {
+			return nil, err
+		}
+		name := comps[len(comps)-1]
+		if _, ok, err := tx.Get(ctx, dentryKey(parent.ID, name)); err != nil || ok {
+			if err == nil {
+				err = merr(iofs.ErrExist, "meta: mknod %s", path)
+			}
+			return nil, err
+		}
+		n := newInode(id, t, parent, name, o)
+		n.Rdev = rdev
+		if t == TypeSymlink {
+			n.Target, n.Size = target, int64(len(target))
+		}
+		putInode(tx, n)
+		putDentry(tx, parent.ID, name, n)
+		touchDir(tx, parent.ID)
+		return n, nil
+	}, &out)
+	if err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
+// Link makes dst a new name of the non-directory at src (a hard link).
+func (s *Service) Link(ctx context.Context, req, src, dst string) (*Inode, error) {
+	sc, err := splitPath(src)
+	if err != nil {
+		return nil, err
+	}
+	dc, err := splitPath(dst)
+	if err != nil {
+		return nil, err
+	}
+	if len(sc) == 0 || len(dc) == 0 {
+		return nil, merr(ErrNotPermitted, "meta: link %s to %s", src, dst)
+	}
+	var out Inode
+	err = s.withIdem(ctx, req, func(tx kv.Txn) (any, error) {
+		_, _, sde, err := lookupEntry(ctx, tx, "link", src, sc)
+		if err != nil {
+			return nil, err
+		}
+		n, err := getInode(ctx, tx, sde.Inode)
+		if err != nil {
+			return nil, err
+		}
+		if n.IsDir() {
+			return nil, merr(ErrNotPermitted, "meta: link %s: a directory", src)
+		}
+		dp, err := parentDir(ctx, tx, dst, dc)
+		if err != nil {
+			return nil, err
+		}
+		dname := dc[len(dc)-1]
+		if _, ok, err := tx.Get(ctx, dentryKey(dp, dname)); err != nil || ok {
+			if err == nil {
+				err = merr(iofs.ErrExist, "meta: link %s", dst)
+			}
+			return nil, err
+		}
+		n.Nlink++
+		n.CTime = nowNano()
+		if !n.linked() {
+			n.Parent, n.Name = dp, dname
+		}
+		putInode(tx, n)
+		putDentry(tx, dp, dname, n)
+		touchDir(tx, dp)
+		return n, nil
+	}, &out)
+	if err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
+// Xattr operations.
+const (
+	XattrSet    = 1
+	XattrRemove = 2
+)
+
+// MaxXattrValue is the largest extended attribute value (as ext4's).
+const MaxXattrValue = 64 << 10
+
+// Xattr sets (op XattrSet, flags fs.XattrCreate/fs.XattrReplace) or
+// removes (XattrRemove) extended attribute name of the node at path.
+// Reading them is Stat (Inode.Xattrs).
+func (s *Service) Xattr(ctx context.Context, path string, op int, name string, value []byte, flags int) (*Inode, error) {
+	if name == "" || len(name) > fs.MaxNameLen {
+		return nil, merr(ErrNameTooLong, "meta: xattr %q of %s", name, path)
+	}
+	if len(value) > MaxXattrValue {
+		return nil, merr(ErrInvalid, "meta: xattr %s of %s: value of %d bytes", name, path, len(value))
+	}
+	return s.updateInode(ctx, path, func(n *Inode) error {
+		_, has := n.Xattrs[name]
+		switch {
+		case op == XattrRemove || flags&fs.XattrReplace != 0:
+			if !has {
+				return merr(ErrNoAttr, "meta: xattr %s of %s", name, path)
+			}
+		case flags&fs.XattrCreate != 0 && has:
+			return merr(iofs.ErrExist, "meta: xattr %s of %s", name, path)
+		}
+		if op == XattrRemove {
+			delete(n.Xattrs, name)
+		} else {
+			if n.Xattrs == nil {
+				n.Xattrs = map[string][]byte{}
+			}
+			n.Xattrs[name] = append([]byte{}, value...)
+		}
+		n.CTime = nowNano()
+		return nil
+	})
 }

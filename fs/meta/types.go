@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/ffkit/ffkit/fs"
 	"github.com/ffkit/ffkit/fs/proto"
 	"github.com/ffkit/ffkit/fs/transport"
 	"github.com/ffkit/ffkit/internal/errkind"
@@ -17,9 +18,16 @@ import (
 type Type uint8
 
 // Inode types.
+// Types 3-7 are metadata-only (no layout, no chunks); their numbers are
+// fs.Kind's.
 const (
-	TypeFile Type = 1
-	TypeDir  Type = 2
+	TypeFile    Type = 1
+	TypeDir     Type = 2
+	TypeSymlink Type = 3
+	TypeFIFO    Type = 4
+	TypeSocket  Type = 5
+	TypeChar    Type = 6
+	TypeBlock   Type = 7
 )
 
 // Layout says where a file's chunks live: chunk i is on Chains[i %
@@ -36,12 +44,25 @@ func (l *Layout) Chain(index uint64) proto.ChainID {
 
 // Inode is a file or directory.
 type Inode struct {
-	ID     uint64 `json:"id"`
-	Type   Type   `json:"type"`
-	Parent uint64 `json:"parent"` // 0 while a new file is not yet published
+	ID   uint64 `json:"id"`
+	Type Type   `json:"type"`
+	// Parent and Name are the name the inode was published under, updated
+	// by rename. A file with hard links has other names too (Nlink counts
+	// them): when this one is removed, Name becomes "" and Parent stays
+	// (0 means a new file not yet published, or an unlinked one).
+	Parent uint64 `json:"parent"`
 	Name   string `json:"name"`
 	Size   int64  `json:"size"`
 	MTime  int64  `json:"mtime"` // unix nanoseconds
+	// ATime and CTime: access and change times, unix nanoseconds (0 for
+	// inodes stored before they were kept: MTime is reported).
+	ATime int64 `json:"atime,omitempty"`
+	CTime int64 `json:"ctime,omitempty"`
+	// Rdev is a device node's device number; Target a symlink's target.
+	Rdev   uint32 `json:"rdev,omitempty"`
+	Target string `json:"target,omitempty"`
+	// Xattrs are the extended attributes (user.* names).
+	Xattrs map[string][]byte `json:"xattrs,omitempty"`
 	// TruncVer counts shrinking truncates (a length report made before one
 	// is ignored).
 	TruncVer uint64  `json:"truncver,omitempty"`
@@ -60,6 +81,10 @@ type Inode struct {
 	Owned bool   `json:"owned,omitempty"`
 }
 
+// linkName reports whether (parent, name) is the name the inode keeps its
+// dentry copies of size and time fresh under.
+func (n *Inode) linked() bool { return n.Parent != 0 && n.Name != "" }
+
 // IsDir reports whether the inode is a directory.
 func (n *Inode) IsDir() bool { return n.Type == TypeDir }
 
@@ -67,8 +92,11 @@ func (n *Inode) IsDir() bool { return n.Type == TypeDir }
 type Dentry struct {
 	Inode uint64 `json:"inode"`
 	IsDir bool   `json:"is_dir"`
-	Size  int64  `json:"size"`
-	MTime int64  `json:"mtime"`
+	// Type is the inode's type (0 in entries stored before types 3-7:
+	// a file or directory as IsDir says).
+	Type  Type  `json:"type,omitempty"`
+	Size  int64 `json:"size"`
+	MTime int64 `json:"mtime"`
 	// Owned: the inode stores permission bits and owner (Inode.Owned),
 	// so a listing reads them from it; without, the entry has the
 	// defaults and the listing needs no inode read.
@@ -135,6 +163,11 @@ var (
 	ErrInvalid  = errkind.New(errkind.Usage, "meta: invalid argument")
 	ErrBusy     = errkind.New(errkind.Unavailable, "meta: file busy")
 	ErrNoChains = errkind.New(errkind.Unavailable, "meta: the cluster has no chains yet")
+	// ErrNameTooLong, ErrNoAttr and ErrNotPermitted are the fs package's,
+	// so callers above fs/clusterfs test them without importing meta.
+	ErrNameTooLong  = fs.ErrNameTooLong
+	ErrNoAttr       = fs.ErrNoAttr
+	ErrNotPermitted = fs.ErrNotPermitted
 )
 
 var codes = map[string]error{
@@ -146,6 +179,9 @@ var codes = map[string]error{
 	"meta/invalid":  ErrInvalid,
 	"meta/busy":     ErrBusy,
 	"meta/nochains": ErrNoChains,
+	"meta/toolong":  ErrNameTooLong,
+	"meta/noattr":   ErrNoAttr,
+	"meta/perm":     ErrNotPermitted,
 }
 
 func init() {
@@ -187,7 +223,10 @@ func splitPath(p string) ([]string, error) {
 		case "..":
 			return nil, merr(ErrInvalid, "meta: path %q: \"..\" is not allowed", p)
 		}
-		if len(c) > 255 || strings.ContainsRune(c, 0) {
+		if len(c) > fs.MaxNameLen {
+			return nil, merr(ErrNameTooLong, "meta: path %q: name of %d bytes", p, len(c))
+		}
+		if strings.ContainsRune(c, 0) {
 			return nil, merr(ErrInvalid, "meta: path %q: bad name %q", p, c)
 		}
 		out = append(out, c)
