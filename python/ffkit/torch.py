@@ -574,14 +574,20 @@ class DataLoader:
     def _send(self, w, b, ring_base):
         L = self._loader
         p, conn, gen, _ = self._workers[w]
-        if gen != L._gen:
-            conn.send_bytes(pickle.dumps(("ring", len(L._ring))))
-            multiprocessing.reduction.send_handle(conn, L._ring_fd, p.pid)
-            self._workers[w][2] = L._gen
         slot_off = b._buf.__array_interface__["data"][0] - ring_base
         body = np.concatenate((b.indices, b.positions.reshape(-1))).tobytes()
-        conn.send_bytes(pickle.dumps(("b", slot_off, len(b._buf), len(b), b.epoch, b.step, b.padded, b._grid, body),
-                                     pickle.HIGHEST_PROTOCOL))
+        try:
+            if gen != L._gen:
+                conn.send_bytes(pickle.dumps(("ring", len(L._ring))))
+                multiprocessing.reduction.send_handle(conn, L._ring_fd, p.pid)
+                self._workers[w][2] = L._gen
+            conn.send_bytes(pickle.dumps(("b", slot_off, len(b._buf), len(b), b.epoch, b.step, b.padded,
+                                          b._grid, body), pickle.HIGHEST_PROTOCOL))
+        except OSError:
+            # The worker is gone (a broken pipe). The batches before this
+            # one are still yielded in order: _wait raises, naming the
+            # worker's exit code, when this batch's result is due.
+            pass
         return slot_off
 
     def _wait(self, w):
