@@ -68,6 +68,25 @@ func preadNowait(fd int, buf []byte, off int64) (int, syscall.Errno) {
 	return int(n), 0
 }
 
+// preadNowait is preadNowait on f's descriptor, held open for the call
+// (a handle closed meanwhile, as a mount's release during a read-ahead,
+// must not have its descriptor number reused under the read).
+func (f *File) preadNowait(buf []byte, off int64) (int, syscall.Errno) {
+	rc, err := f.f.SyscallConn()
+	if err != nil {
+		return 0, syscall.EBADF
+	}
+	var n int
+	errno := syscall.EBADF
+	if err := rc.Read(func(fd uintptr) bool {
+		n, errno = preadNowait(int(fd), buf, off)
+		return true
+	}); err != nil {
+		return 0, syscall.EBADF
+	}
+	return n, errno
+}
+
 // serveCached serves what it can of reqs from the page cache, by a copy
 // from the file's mapping (mmap.go, when on) or the preadv2 probe, and returns the
 // rest (the unread tails of requests read in part). It returns reqs itself
@@ -105,7 +124,7 @@ func (l *FS) serveCached(reqs []fs.ReadRequest) []fs.ReadRequest {
 			rest = append(rest, q)
 			continue
 		}
-		n, errno := preadNowait(int(f.f.Fd()), q.Buf, q.Off)
+		n, errno := f.preadNowait(q.Buf, q.Off)
 		switch errno {
 		case 0, syscall.EAGAIN:
 		case syscall.EOPNOTSUPP, syscall.EINVAL, syscall.ENOSYS:
