@@ -644,6 +644,21 @@ func (n *node) remove(name string, dir bool) syscall.Errno {
 
 // Rename moves a file or directory. flags: RENAME_NOREPLACE is honoured;
 // RENAME_EXCHANGE where the backend takes rename flags (fs.RenameFlagger).
+// beingWritten reports whether c is a file this mount is writing
+// sequentially: it is not in the backend yet, so it cannot be renamed.
+func beingWritten(c *gofs.Inode) bool {
+	if c == nil {
+		return false
+	}
+	cn, ok := c.Operations().(*node)
+	if !ok {
+		return false
+	}
+	cn.mu.Lock()
+	defer cn.mu.Unlock()
+	return cn.seq != nil
+}
+
 func (n *node) Rename(_ context.Context, name string, newParent gofs.InodeEmbedder, newName string, flags uint32) syscall.Errno {
 	if n.srv.opts.ReadOnly {
 		return syscall.EROFS
@@ -698,16 +713,8 @@ func (n *node) Rename(_ context.Context, name string, newParent gofs.InodeEmbedd
 	if src.IsDir && strings.HasPrefix(newp+"/", oldp+"/") {
 		return syscall.EINVAL // into itself
 	}
-	// A file being written sequentially is not in the backend yet.
-	if c := n.GetChild(name); c != nil {
-		if cn, ok := c.Operations().(*node); ok {
-			cn.mu.Lock()
-			seq := cn.seq
-			cn.mu.Unlock()
-			if seq != nil {
-				return syscall.EBUSY
-			}
-		}
+	if beingWritten(n.GetChild(name)) {
+		return syscall.EBUSY
 	}
 	if dstIsEmptyDir {
 		// fs.FS.Rename replaces files only (as os.Rename): make room.

@@ -208,18 +208,8 @@ func (n *node) exchange(rf fs.RenameFlagger, name string, newParent gofs.InodeEm
 	if errno != 0 {
 		return errno
 	}
-	for _, c := range []*gofs.Inode{n.GetChild(name), np.GetChild(newName)} {
-		if c == nil {
-			continue
-		}
-		if cn, ok := c.Operations().(*node); ok {
-			cn.mu.Lock()
-			seq := cn.seq
-			cn.mu.Unlock()
-			if seq != nil {
-				return syscall.EBUSY // not in the backend yet
-			}
-		}
+	if beingWritten(n.GetChild(name)) || beingWritten(np.GetChild(newName)) {
+		return syscall.EBUSY
 	}
 	ctx, cancel := n.srv.opContext()
 	defer cancel()
