@@ -37,6 +37,13 @@ func openTable(ctx context.Context, fsys fs.FS, name, format, column string) (So
 	if err != nil {
 		return nil, err
 	}
+	if format == "parquet" && column != "" { // see parquetlist.go
+		if l, err := listParquet(ctx, fsys, name, column); err == nil {
+			return l, nil
+		} else if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+	}
 	return t, nil
 }
 
