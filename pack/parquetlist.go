@@ -88,7 +88,7 @@ func listParquet(ctx context.Context, fsys fs.FS, name, column string) (_ *liste
 		rows += md.RowGroup(g).NumRows()
 		bytes += cc.TotalUncompressedSize()
 	}
-	if rows > 0 && bytes/rows < listParquetMinValue {
+	if rows == 0 || bytes/rows < listParquetMinValue { // an empty table is walked
 		return nil, errNotListable
 	}
 	l := newListed(ctx, "parquet", fsys)

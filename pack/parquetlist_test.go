@@ -115,19 +115,24 @@ func TestParquetListedSameBytesAsWalk(t *testing.T) {
 		props    []parquet.WriterProperty
 		listed   bool
 		repeats  bool // a few distinct values (a writer then keeps the dictionary)
+		empty    bool // no rows
 	}{
-		{"required-v1", arrow.BinaryTypes.Binary, false, plain, true, false},
-		{"optional-v1", arrow.BinaryTypes.Binary, true, plain, true, false},
-		{"optional-v2", arrow.BinaryTypes.Binary, true, append(plain, parquet.WithDataPageVersion(parquet.DataPageV2)), true, false},
-		{"string-v2-no-stats", arrow.BinaryTypes.String, false, append(plain, parquet.WithDataPageVersion(parquet.DataPageV2), parquet.WithStats(false)), true, false},
-		{"one-page-per-group", arrow.BinaryTypes.Binary, false, []parquet.WriterProperty{parquet.WithDictionaryDefault(false), parquet.WithDataPageSize(1 << 30)}, true, false},
-		{"dictionary", arrow.BinaryTypes.Binary, false, []parquet.WriterProperty{parquet.WithMaxRowGroupLength(70)}, false, true},
-		{"snappy", arrow.BinaryTypes.Binary, false, append(plain, parquet.WithCompression(compress.Codecs.Snappy)), false, false},
+		{"required-v1", arrow.BinaryTypes.Binary, false, plain, true, false, false},
+		{"optional-v1", arrow.BinaryTypes.Binary, true, plain, true, false, false},
+		{"optional-v2", arrow.BinaryTypes.Binary, true, append(plain, parquet.WithDataPageVersion(parquet.DataPageV2)), true, false, false},
+		{"string-v2-no-stats", arrow.BinaryTypes.String, false, append(plain, parquet.WithDataPageVersion(parquet.DataPageV2), parquet.WithStats(false)), true, false, false},
+		{"one-page-per-group", arrow.BinaryTypes.Binary, false, []parquet.WriterProperty{parquet.WithDictionaryDefault(false), parquet.WithDataPageSize(1 << 30)}, true, false, false},
+		{"empty", arrow.BinaryTypes.Binary, false, plain, false, false, true},
+		{"dictionary", arrow.BinaryTypes.Binary, false, []parquet.WriterProperty{parquet.WithMaxRowGroupLength(70)}, false, true, false},
+		{"snappy", arrow.BinaryTypes.Binary, false, append(plain, parquet.WithCompression(compress.Codecs.Snappy)), false, false, false},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			p := filepath.Join(dir, c.name+".parquet")
 			vals := vals
+			if c.empty {
+				vals = nil
+			}
 			if c.repeats {
 				vals = make([][]byte, len(vals))
 				for i := range vals {
