@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -40,6 +41,10 @@ type benchPackSource struct {
 	Format    string       `json:"format"`
 	MiBPerSec bench.Spread `json:"mib_s"` // sample bytes per second, fsync included
 	Ratio     float64      `json:"ratio_vs_fio,omitempty"`
+	// RoundRatios: each round's pack MiB/s over that round's fio MiB/s;
+	// their median is steadier than Ratio on a shared disk.
+	RoundRatios []float64 `json:"round_ratios,omitempty"`
+	RatioMedian float64   `json:"ratio_median,omitempty"`
 }
 
 func newBenchPackCmd() *cobra.Command {
@@ -54,7 +59,8 @@ sample) and a Parquet file with one binary column of --sample-size values, both
 cache; then, in each of --runs rounds, runs fio's sequential write of --size
 (1 MiB blocks, fsync at the end) and packs each source into DIR (shards synced
 and published). Prints each pack's sample MiB/s (from opening the source to
-the published dataset) and its ratio to fio's.`,
+the published dataset), its ratio to fio's mean, and the median of each
+round's ratio to that round's fio.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			sz, err := bench.ParseSize(size)
@@ -147,11 +153,12 @@ func runBenchPack(ctx context.Context, dir string, size, sampleSize int64, runs 
 			mibs[i] = append(mibs[i], float64(res.DataBytes)/(1<<20)/secs)
 		}
 	}
+	var fioMiBs []float64 // per round (doc.Fio, the first round's figure, gets the mean)
+	for _, f := range fioRuns {
+		fioMiBs = append(fioMiBs, f.MiBPerSec)
+	}
 	if len(fioRuns) > 0 {
-		var m []float64
-		for _, f := range fioRuns {
-			m = append(m, f.MiBPerSec)
-		}
+		m := slices.Clone(fioMiBs)
 		doc.Fio = fioRuns[0]
 		doc.Fio.Runs, doc.Fio.Spread = len(m), bench.SpreadOf(m)
 		doc.Fio.MiBPerSec = doc.Fio.Spread.Mean
@@ -160,6 +167,21 @@ func runBenchPack(ctx context.Context, dir string, size, sampleSize int64, runs 
 		bs := benchPackSource{Format: s.format, MiBPerSec: bench.SpreadOf(mibs[i])}
 		if doc.Fio != nil && doc.Fio.MiBPerSec > 0 {
 			bs.Ratio = bs.MiBPerSec.Mean / doc.Fio.MiBPerSec
+		}
+		if len(fioMiBs) == len(mibs[i]) {
+			for r, f := range fioMiBs {
+				if f > 0 {
+					bs.RoundRatios = append(bs.RoundRatios, mibs[i][r]/f)
+				}
+			}
+			if len(bs.RoundRatios) > 0 {
+				rs := slices.Clone(bs.RoundRatios)
+				slices.Sort(rs)
+				bs.RatioMedian = rs[len(rs)/2]
+				if len(rs)%2 == 0 {
+					bs.RatioMedian = (rs[len(rs)/2-1] + rs[len(rs)/2]) / 2
+				}
+			}
 		}
 		doc.Sources = append(doc.Sources, bs)
 	}
@@ -171,7 +193,11 @@ func runBenchPack(ctx context.Context, dir string, size, sampleSize int64, runs 
 		bench.FormatBytes(size), bench.FormatBytes(sampleSize), dir, runs, doc.LoadAvg)
 	fmt.Fprintf(w, "  %-11s %s MiB/s\n", "fio write", fioFmt(doc.Fio))
 	for _, s := range doc.Sources {
-		fmt.Fprintf(w, "  %-11s %s MiB/s  %s of fio\n", s.Format, mibFmt(s.MiBPerSec), bench.FormatRatio(s.Ratio))
+		fmt.Fprintf(w, "  %-11s %s MiB/s  %s of fio", s.Format, mibFmt(s.MiBPerSec), bench.FormatRatio(s.Ratio))
+		if s.RatioMedian > 0 {
+			fmt.Fprintf(w, " (median of the rounds' ratios %s)", bench.FormatRatio(s.RatioMedian))
+		}
+		fmt.Fprintln(w)
 	}
 	if doc.FioError != "" {
 		fmt.Fprintf(w, "  fio: %s\n", doc.FioError)
