@@ -147,8 +147,11 @@ func (p *pageLister) at(off int64, n int) ([]byte, error) {
 		p.win = make([]byte, k)
 	}
 	p.win = p.win[:k]
-	if _, err := p.r.ReadAt(p.win, off); err != nil && err != io.EOF {
+	if got, err := p.r.ReadAt(p.win, off); got < k {
 		p.win = p.win[:0]
+		if err == nil || err == io.EOF {
+			err = errNotListable // the file is shorter than it was
+		}
 		return nil, err
 	}
 	p.winOff = off
