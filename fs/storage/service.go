@@ -676,6 +676,9 @@ func (s *Service) forward(ctx context.Context, ts *tstate, chain proto.ChainID, 
 		if u.crcs == nil && len(data) > 0 {
 			crc = proto.PayloadChecksum(proto.PayloadCRCs(data))
 		}
+		if req.FullReplace {
+			req.Tags = nv.tags
+		}
 		if req.FullReplace && !u.full && u.op != proto.OpRemove {
 			// A syncing successor (or one that missed updates) gets the
 			// whole chunk, so it converges whatever it held.
@@ -770,7 +773,7 @@ func (s *Service) handleUpdate(ctx context.Context, u *proto.UpdateReq, data []b
 	default:
 		return nil, fmt.Errorf("%w: target %d is %s (phase %s)", proto.ErrTargetOffline, ts.ID, me.State, ts.ph().local())
 	}
-	up := update{op: u.Op, off: u.Off, data: data, full: u.FullReplace, crcs: crcs, crc: u.CRC}
+	up := update{op: u.Op, off: u.Off, data: data, full: u.FullReplace, crcs: crcs, crc: u.CRC, tags: u.Tags}
 	if !u.Commit {
 		resp, err := s.applyChain(ctx, ts, u.Chain, u.Chunk, up, u.UpdateVer, u.Tag)
 		if err == nil {
@@ -1113,7 +1116,7 @@ func (s *Service) redrivePending(ts *tstate, chain proto.ChainID) {
 // answers with the same checksum, one that did not installs it) and
 // commits it. The caller holds the chunk lock.
 func (s *Service) redriveLocked(ctx context.Context, ts *tstate, chain proto.ChainID, id proto.ChunkID, c *chunk, nv *version) error {
-	u := update{op: proto.OpWrite, full: true}
+	u := update{op: proto.OpWrite, full: true, tags: nv.tags}
 	if nv.removed {
 		u.op = proto.OpRemove
 	}
@@ -1205,7 +1208,7 @@ func (s *Service) resync(ts *tstate, ch *proto.Chain, succ proto.ChainTarget, r 
 			if has && rm.CommitVer == cv.ver && rm.UpdateVer == rm.CommitVer && rm.Checksum == cv.checksum() && !rm.Corrupt {
 				return nil
 			}
-			req.UpdateVer = cv.ver
+			req.UpdateVer, req.Tags = cv.ver, cv.tags
 			if cv.removed {
 				req.Op = proto.OpRemove
 			} else {
