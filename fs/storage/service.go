@@ -577,14 +577,16 @@ func (s *Service) applyChain(ctx context.Context, ts *tstate, chain proto.ChainI
 		u.ver = cur + 1
 	} else {
 		u.ver = ver
-		switch {
-		case ver <= cur && !u.full:
-			// Already committed here (a retried forward): report our state;
-			// the predecessor compares the checksum and, if they differ,
-			// sends the whole chunk.
-			return s.chunkResp(ts, c), nil
-		case ver > cur+1 && !u.full:
-			return nil, fmt.Errorf("%w: chunk %v on target %d is at v%d, update is v%d", proto.ErrMissingUpdate, id, ts.ID, cur, ver)
+		if !u.full {
+			switch checkDelta(cur, ver) { // the core's rule
+			case deltaDone:
+				// Already committed here (a retried forward): report our
+				// state; the predecessor compares the checksum and, if they
+				// differ, sends the whole chunk.
+				return s.chunkResp(ts, c), nil
+			case deltaMissing:
+				return nil, fmt.Errorf("%w: chunk %v on target %d is at v%d, update is v%d", proto.ErrMissingUpdate, id, ts.ID, cur, ver)
+			}
 		}
 	}
 	if ch := s.routing.Load().Chain(chain); ch != nil {
@@ -619,6 +621,15 @@ func (s *Service) applyChain(ctx context.Context, ts *tstate, chain proto.ChainI
 	}
 	return s.chunkResp(ts, c), nil
 }
+
+// The version check of every hop is the core's (applyChain's parameter
+// chain shadows the package there).
+var checkDelta = chain.CheckDelta
+
+const (
+	deltaDone    = chain.DeltaDone
+	deltaMissing = chain.DeltaMissing
+)
 
 func (s *Service) chunkResp(ts *tstate, c *chunk) *proto.WriteResp {
 	ts.mu.Lock()

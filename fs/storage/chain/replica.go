@@ -515,10 +515,10 @@ func (r *Replica) onUpdate(m Msg) {
 	switch {
 	case m.Full:
 		nv = Version{Ver: m.Ver, Val: m.Val}
-	case !r.cfg.Bugs.SkipVersionCheck && m.Ver <= c.committed.Ver:
+	case !r.cfg.Bugs.SkipVersionCheck && CheckDelta(c.committed.Ver, m.Ver) == DeltaDone:
 		ack("") // committed here already: the predecessor compares
 		return
-	case !r.cfg.Bugs.SkipVersionCheck && m.Ver != c.committed.Ver+1:
+	case !r.cfg.Bugs.SkipVersionCheck && CheckDelta(c.committed.Ver, m.Ver) == DeltaMissing:
 		ack("missing update")
 		return
 	case c.committed.Corrupt():
