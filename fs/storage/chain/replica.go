@@ -98,6 +98,7 @@ type Replica struct {
 	// it so mgmtd can tell a stale report (ResyncHolds).
 	syncedCV uint64
 	chunks   map[uint64]*chunkState
+	ids      []uint64 // the keys of chunks, sorted (chunks are never forgotten)
 	seq      uint64
 	sync     *resync
 	ready    Ready
@@ -148,14 +149,7 @@ func (r *Replica) Chunk(id uint64) (Version, *Version) {
 }
 
 // Chunks lists the chunk ids the replica knows, sorted.
-func (r *Replica) Chunks() []uint64 {
-	ids := make([]uint64, 0, len(r.chunks))
-	for id := range r.chunks {
-		ids = append(ids, id)
-	}
-	slices.Sort(ids)
-	return ids
-}
+func (r *Replica) Chunks() []uint64 { return slices.Clone(r.ids) }
 
 // Corrupt flips bits of a committed content, as a failing disk would (the
 // driver calls it where its store was corrupted).
@@ -190,6 +184,8 @@ func (r *Replica) chunk(id uint64) *chunkState {
 	if c == nil {
 		c = &chunkState{lastSeq: map[Addr]uint64{}}
 		r.chunks[id] = c
+		i, _ := slices.BinarySearch(r.ids, id)
+		r.ids = slices.Insert(r.ids, i, id)
 	}
 	return c
 }
@@ -301,7 +297,7 @@ func (r *Replica) tick() {
 		return
 	}
 	me, ch := r.me()
-	for _, id := range r.Chunks() {
+	for _, id := range r.ids {
 		c := r.chunks[id]
 		switch {
 		case c.inflight != nil && (c.inflight.msg.ChainVer != ch.Version || r.now-c.inflight.sentAt >= r.cfg.RetryInterval):
@@ -625,7 +621,7 @@ func (r *Replica) scrub() {
 	if r.chain() == nil {
 		return
 	}
-	for _, id := range r.Chunks() {
+	for _, id := range r.ids {
 		if c := r.chunks[id]; c.pending == nil && c.committed.Corrupt() {
 			r.repair(id)
 		}
@@ -766,7 +762,7 @@ func (r *Replica) onSyncMsg(m Msg) {
 	}
 	if m.Type == MsgSyncStart {
 		var metas []Meta
-		for _, id := range r.Chunks() {
+		for _, id := range r.ids {
 			c := r.chunks[id]
 			metas = append(metas, Meta{Chunk: id, Ver: c.committed.Ver, Val: c.committed.Val, Pending: c.pending != nil, Corrupt: c.committed.Corrupt()})
 		}

@@ -192,6 +192,8 @@ func (w *world) cfg(id proto.TargetID) chain.Config {
 	return c
 }
 
+// trace records a step with Options.Trace; hot callers test the option
+// first, so a run without a trace does not format (or box) arguments.
 func (w *world) trace(format string, args ...any) {
 	if w.opt.Trace {
 		w.res.Trace = append(w.res.Trace, fmt.Sprintf("t=%d ", w.now)+fmt.Sprintf(format, args...))
@@ -249,12 +251,16 @@ func (w *world) step() error {
 		i := due[w.rng.IntN(len(due))]
 		e := w.net[i]
 		if w.faulty() && w.rng.IntN(100) < 3 {
-			w.trace("duplicate %s", e.m) // deliver now, keep a copy for later
+			if w.opt.Trace {
+				w.trace("duplicate %s", e.m)
+			} // deliver now, keep a copy for later
 		} else {
 			w.net = slices.Delete(w.net, i, i+1)
 		}
 		if w.faulty() && w.rng.IntN(100) < 4 {
-			w.trace("drop %s", e.m)
+			if w.opt.Trace {
+				w.trace("drop %s", e.m)
+			}
 			return nil
 		}
 		return w.deliver(e.m)
@@ -276,10 +282,14 @@ func (w *world) linkBlocked(a, b chain.Addr) bool {
 
 func (w *world) deliver(m chain.Msg) error {
 	if w.linkBlocked(m.From, m.To) {
-		w.trace("lost (partition) %s", m)
+		if w.opt.Trace {
+			w.trace("lost (partition) %s", m)
+		}
 		return nil
 	}
-	w.trace("deliver %s", m)
+	if w.opt.Trace {
+		w.trace("deliver %s", m)
+	}
 	switch {
 	case m.To == chain.MgmtdAddr:
 		w.heartbeat(m)
@@ -371,7 +381,9 @@ func (w *world) tick() {
 	if w.decided != w.routing.Version || !maps.Equal(local, w.lastLocal) {
 		if r, changed := mgmtd.Decide(w.routing, local); changed {
 			w.routing = r
-			w.trace("mgmtd routing r%d %s", r.Version, r.Chains[0].String())
+			if w.opt.Trace {
+				w.trace("mgmtd routing r%d %s", r.Version, r.Chains[0].String())
+			}
 		}
 		w.decided, w.lastLocal = w.routing.Version, local
 	}
