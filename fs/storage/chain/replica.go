@@ -44,6 +44,9 @@ type DiskChunk struct {
 type waiter struct {
 	client Addr
 	req    Req
+	// earlier: the request made an earlier version in the pending one's
+	// history, not the pending one: its answer names no version (0).
+	earlier bool
 }
 
 type upstream struct {
@@ -383,7 +386,10 @@ func (r *Replica) onWrite(m Msg) {
 		r.reply(m, Msg{Type: MsgWriteResp}) // a retry of a done write (Ver 0: applied at some earlier version)
 		return
 	case c.pending != nil && hasReq(c.pending.Reqs, m.Req):
-		c.clients = append(c.clients, waiter{m.From, m.Req})
+		// Answered when the pending version commits: it holds the write.
+		// If an earlier version made it (a new head holds the newer
+		// pending version, not that one), the answer names no version.
+		c.clients = append(c.clients, waiter{m.From, m.Req, c.pending.Reqs[len(c.pending.Reqs)-1] != m.Req})
 		return
 	}
 	for _, q := range c.queue {
@@ -409,7 +415,7 @@ func (r *Replica) startQueued(id uint64, c *chunkState) {
 	nv := Version{Ver: c.committed.Ver + 1, Val: Mix(c.committed.Val, m.Delta), Reqs: appendReq(c.committed.Reqs, m.Req)}
 	nv.Sum = Checksum(nv.Val)
 	c.pending, c.delta, c.hasDelta, c.forceFull = &nv, m.Delta, true, false
-	c.clients = []waiter{{m.From, m.Req}}
+	c.clients = []waiter{{client: m.From, req: m.Req}}
 	r.persist(Persist{Kind: PersistPending, Chunk: id, Version: nv})
 	r.forward(id, c)
 }
@@ -452,6 +458,10 @@ func (r *Replica) commit(id uint64, c *chunkState) {
 	c.committed, c.pending, c.inflight, c.hasDelta, c.forceFull = *c.pending, nil, nil, false, false
 	r.persist(Persist{Kind: PersistCommit, Chunk: id})
 	for _, w := range c.clients {
+		if w.earlier {
+			r.send(Msg{Type: MsgWriteResp, To: w.client, Req: w.req, Chunk: id})
+			continue
+		}
 		r.send(Msg{Type: MsgWriteResp, To: w.client, Req: w.req, Chunk: id, Ver: c.committed.Ver, Val: c.committed.Val})
 	}
 	c.clients = nil
