@@ -158,6 +158,9 @@ type world struct {
 	ackedVal map[[2]uint64]uint64 // (chunk, version) -> content acknowledged at it
 	flips    int
 	res      Result
+	// scratch, reused every step (no allocation in the hot loop)
+	dueBuf   []int
+	localBuf map[proto.TargetID]proto.LocalState
 }
 
 // Run runs one seed.
@@ -223,7 +226,7 @@ func (w *world) run() error {
 
 // due lists the indexes of deliverable messages.
 func (w *world) due() []int {
-	var out []int
+	out := w.dueBuf[:0]
 	for i, e := range w.net {
 		if e.at > w.now {
 			continue
@@ -233,6 +236,7 @@ func (w *world) due() []int {
 		}
 		out = append(out, i)
 	}
+	w.dueBuf = out
 	return out
 }
 
@@ -366,7 +370,11 @@ func (w *world) heartbeat(m chain.Msg) {
 func (w *world) tick() {
 	w.now++
 	// mgmtd decides with its own pure functions.
-	local := map[proto.TargetID]proto.LocalState{}
+	if w.localBuf == nil {
+		w.localBuf = map[proto.TargetID]proto.LocalState{}
+	}
+	local := w.localBuf
+	clear(local)
 	for id, st := range w.mgLocal {
 		if w.now-w.mgLast[id] <= failTimeout {
 			local[id] = st
@@ -385,7 +393,7 @@ func (w *world) tick() {
 				w.trace("mgmtd routing r%d %s", r.Version, r.Chains[0].String())
 			}
 		}
-		w.decided, w.lastLocal = w.routing.Version, local
+		w.decided, w.lastLocal = w.routing.Version, maps.Clone(local)
 	}
 	for _, n := range w.nodes {
 		if n.rep != nil && !n.paused {
