@@ -54,6 +54,10 @@ type UpdateReq struct {
 	// Commit: install UpdateVer as committed at once (resync transfers, and
 	// removes of chunks the predecessor does not have).
 	Commit bool `json:"commit,omitempty"`
+	// Tags: with FullReplace, the client request tags of the version sent
+	// (the latest ones in its history), so the receiver keeps answering
+	// their retries without applying them again.
+	Tags []Tag `json:"tags,omitempty"`
 }
 
 // WriteResp answers a write or update: the state of the chunk after commit.

@@ -9,7 +9,7 @@
 // <chunk id>.<version>.p while pending (copy on write: an update copies
 // the committed file, in the kernel, and applies itself). A file is a
 // header (version, chain version, length, flags, a CRC32C per 4 KiB
-// block) followed, at HeaderSize, by the chunk's bytes; a read checks the
+// block, the client request tags of the latest versions) followed, at HeaderSize, by the chunk's bytes; a read checks the
 // CRC of every block it touches, so a 4 KiB read is verified without
 // reading the chunk. On start a target keeps, per chunk, the newest
 // committed file and a pending file of a newer version whose header
@@ -64,8 +64,10 @@
 // the whole chunk when they differ: the predecessor's data wins). Every
 // hop rejects a request routed with another chain version. A syncing
 // successor always receives whole chunks. Client request ids are
-// remembered by every hop, so a retry is applied once even when it reaches
-// a new head. Reads go to any serving target; a chunk with a pending
+// remembered by every hop (the last 32 of a chunk, in each version's file
+// header, carried by whole-content updates and resync transfers), so a
+// retry is applied once even when it reaches a new head, one that
+// restarted or one that was resynced since. Reads go to any serving target; a chunk with a pending
 // version answers ErrNotCommitted.
 //
 // # Life cycle of a target

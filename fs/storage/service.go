@@ -577,14 +577,16 @@ func (s *Service) applyChain(ctx context.Context, ts *tstate, chain proto.ChainI
 		u.ver = cur + 1
 	} else {
 		u.ver = ver
-		switch {
-		case ver <= cur && !u.full:
-			// Already committed here (a retried forward): report our state;
-			// the predecessor compares the checksum and, if they differ,
-			// sends the whole chunk.
-			return s.chunkResp(ts, c), nil
-		case ver > cur+1 && !u.full:
-			return nil, fmt.Errorf("%w: chunk %v on target %d is at v%d, update is v%d", proto.ErrMissingUpdate, id, ts.ID, cur, ver)
+		if !u.full {
+			switch checkDelta(cur, ver) { // the core's rule
+			case deltaDone:
+				// Already committed here (a retried forward): report our
+				// state; the predecessor compares the checksum and, if they
+				// differ, sends the whole chunk.
+				return s.chunkResp(ts, c), nil
+			case deltaMissing:
+				return nil, fmt.Errorf("%w: chunk %v on target %d is at v%d, update is v%d", proto.ErrMissingUpdate, id, ts.ID, cur, ver)
+			}
 		}
 	}
 	if ch := s.routing.Load().Chain(chain); ch != nil {
@@ -619,6 +621,15 @@ func (s *Service) applyChain(ctx context.Context, ts *tstate, chain proto.ChainI
 	}
 	return s.chunkResp(ts, c), nil
 }
+
+// The version check of every hop is the core's (applyChain's parameter
+// chain shadows the package there).
+var checkDelta = chain.CheckDelta
+
+const (
+	deltaDone    = chain.DeltaDone
+	deltaMissing = chain.DeltaMissing
+)
 
 func (s *Service) chunkResp(ts *tstate, c *chunk) *proto.WriteResp {
 	ts.mu.Lock()
@@ -675,6 +686,9 @@ func (s *Service) forward(ctx context.Context, ts *tstate, chain proto.ChainID, 
 		data, crc := u.data, u.crc
 		if u.crcs == nil && len(data) > 0 {
 			crc = proto.PayloadChecksum(proto.PayloadCRCs(data))
+		}
+		if req.FullReplace {
+			req.Tags = nv.tags
 		}
 		if req.FullReplace && !u.full && u.op != proto.OpRemove {
 			// A syncing successor (or one that missed updates) gets the
@@ -770,7 +784,7 @@ func (s *Service) handleUpdate(ctx context.Context, u *proto.UpdateReq, data []b
 	default:
 		return nil, fmt.Errorf("%w: target %d is %s (phase %s)", proto.ErrTargetOffline, ts.ID, me.State, ts.ph().local())
 	}
-	up := update{op: u.Op, off: u.Off, data: data, full: u.FullReplace, crcs: crcs, crc: u.CRC}
+	up := update{op: u.Op, off: u.Off, data: data, full: u.FullReplace, crcs: crcs, crc: u.CRC, tags: u.Tags}
 	if !u.Commit {
 		resp, err := s.applyChain(ctx, ts, u.Chain, u.Chunk, up, u.UpdateVer, u.Tag)
 		if err == nil {
@@ -1113,7 +1127,7 @@ func (s *Service) redrivePending(ts *tstate, chain proto.ChainID) {
 // answers with the same checksum, one that did not installs it) and
 // commits it. The caller holds the chunk lock.
 func (s *Service) redriveLocked(ctx context.Context, ts *tstate, chain proto.ChainID, id proto.ChunkID, c *chunk, nv *version) error {
-	u := update{op: proto.OpWrite, full: true}
+	u := update{op: proto.OpWrite, full: true, tags: nv.tags}
 	if nv.removed {
 		u.op = proto.OpRemove
 	}
@@ -1205,7 +1219,7 @@ func (s *Service) resync(ts *tstate, ch *proto.Chain, succ proto.ChainTarget, r 
 			if has && rm.CommitVer == cv.ver && rm.UpdateVer == rm.CommitVer && rm.Checksum == cv.checksum() && !rm.Corrupt {
 				return nil
 			}
-			req.UpdateVer = cv.ver
+			req.UpdateVer, req.Tags = cv.ver, cv.tags
 			if cv.removed {
 				req.Op = proto.OpRemove
 			} else {

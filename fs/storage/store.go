@@ -33,11 +33,15 @@ func crc32c(b []byte) uint32 { return crc32.Checksum(b, castagnoli) }
 //	8   8  version
 //	16  8  chain version it was written under
 //	24  8  length of the data
-//	32  4  flags (1: removed, a tombstone)
+//	32  4  flags (1: removed, a tombstone; 2: request tags follow)
 //	36  4  number of blocks n
-//	40  4  CRC32C of bytes 0..40 and the n block CRCs
+//	40  4  CRC32C of bytes 0..40, the n block CRCs and the tags
 //	44  4n CRC32C of each BlockSize block of data (the last may be short)
-//	... a hole up to HeaderSize (only 44+4n bytes are written)
+//	with flag 2, at 44+4n:
+//	    4    number of tags k (at most maxChunkTags)
+//	    16k  the client request tags (client, seq) of the latest
+//	         versions up to this one, oldest first
+//	... a hole up to HeaderSize
 //	HeaderSize: data (4 KiB aligned)
 //
 // Files are named <chunk id>.<version> when committed and
@@ -47,14 +51,15 @@ const (
 	maxBlocks    = (HeaderSize - 44) / 4
 	fixedHeader  = 44
 	flagRemoved  = 1
+	flagTags     = 2
 	pendingSufix = ".p"
 )
 
 var chunkMagic = []byte("FFKCHNK1")
 
 func init() {
-	if proto.MaxChunkSize/proto.BlockSize > maxBlocks {
-		panic("storage: header too small for MaxChunkSize")
+	if fixedHeader+4*proto.MaxChunkSize/proto.BlockSize+4+16*maxChunkTags > HeaderSize {
+		panic("storage: header too small for MaxChunkSize and the request tags")
 	}
 }
 
@@ -65,17 +70,18 @@ type version struct {
 	length   int64
 	removed  bool
 	crcs     []uint32 // per block
-	// tag is the client request that made this version (zero: none known,
-	// e.g. a resync transfer). In memory only.
-	tag proto.Tag
-	// replaced: built from a whole content, not on the committed version
-	// (a resync transfer, a syncing successor's copy, a repair): the
-	// request tags remembered before it may not be in its history.
-	replaced bool
+	// tags are the client requests of the latest versions up to this one
+	// (at most maxChunkTags, oldest first), all in this version's history:
+	// a retried write already here is acknowledged, not applied again,
+	// even when it arrived as an update from an earlier head (see
+	// Service.applyChain). Stored in the header, so they survive a
+	// restart; a whole-content update (resync transfer, a syncing
+	// successor's copy) carries the sender's.
+	tags []proto.Tag
 }
 
-// maxChunkTags is how many of a chunk's latest client requests a target
-// remembers (chunk.tags).
+// maxChunkTags is how many of a chunk's latest client requests a version
+// carries (version.tags).
 const maxChunkTags = 32
 
 // checksum is the whole-chunk checksum compared between hops: a CRC32C of
@@ -98,21 +104,52 @@ func (v *version) checksum() uint32 {
 }
 
 func encodeHeader(v *version) []byte {
-	h := make([]byte, fixedHeader+4*len(v.crcs))
+	n := fixedHeader + 4*len(v.crcs)
+	size := n
+	if len(v.tags) > 0 {
+		size += 4 + 16*len(v.tags)
+	}
+	h := make([]byte, size)
 	copy(h, chunkMagic)
 	binary.BigEndian.PutUint64(h[8:], v.ver)
 	binary.BigEndian.PutUint64(h[16:], v.chainVer)
 	binary.BigEndian.PutUint64(h[24:], uint64(v.length))
+	var flags uint32
 	if v.removed {
-		binary.BigEndian.PutUint32(h[32:], flagRemoved)
+		flags |= flagRemoved
 	}
+	if len(v.tags) > 0 {
+		flags |= flagTags
+		binary.BigEndian.PutUint32(h[n:], uint32(len(v.tags)))
+		for i, tg := range v.tags {
+			binary.BigEndian.PutUint64(h[n+4+16*i:], tg.Client)
+			binary.BigEndian.PutUint64(h[n+4+16*i+8:], tg.Seq)
+		}
+	}
+	binary.BigEndian.PutUint32(h[32:], flags)
 	binary.BigEndian.PutUint32(h[36:], uint32(len(v.crcs)))
 	for i, c := range v.crcs {
 		binary.BigEndian.PutUint32(h[44+4*i:], c)
 	}
-	sum := crc32.Update(crc32c(h[:40]), castagnoli, h[44:44+4*len(v.crcs)])
+	sum := crc32.Update(crc32c(h[:40]), castagnoli, h[44:])
 	binary.BigEndian.PutUint32(h[40:], sum)
 	return h
+}
+
+// headerTags returns how many bytes of a header follow the block CRCs
+// (the tag section, whose count is in tail's first 4 bytes).
+func headerTags(flags uint32, tail []byte) (int, error) {
+	if flags&flagTags == 0 {
+		return 0, nil
+	}
+	if len(tail) < 4 {
+		return 0, errors.New("short tag section")
+	}
+	k := binary.BigEndian.Uint32(tail)
+	if k == 0 || k > maxChunkTags {
+		return 0, fmt.Errorf("%d request tags", k)
+	}
+	return 4 + 16*int(k), nil
 }
 
 func decodeHeader(h []byte) (*version, error) {
@@ -123,12 +160,21 @@ func decodeHeader(h []byte) (*version, error) {
 	if n > maxBlocks || len(h) < fixedHeader+4*int(n) {
 		return nil, fmt.Errorf("%d blocks in a %d-byte header", n, len(h))
 	}
-	sum := crc32.Update(crc32c(h[:40]), castagnoli, h[44:44+4*n])
+	fl := binary.BigEndian.Uint32(h[32:])
+	if fl&^(flagRemoved|flagTags) != 0 {
+		return nil, fmt.Errorf("unknown flags %#x", fl)
+	}
+	end := fixedHeader + 4*int(n)
+	tagBytes, err := headerTags(fl, h[end:])
+	if err != nil {
+		return nil, err
+	}
+	if len(h) < end+tagBytes {
+		return nil, fmt.Errorf("short tag section in a %d-byte header", len(h))
+	}
+	sum := crc32.Update(crc32c(h[:40]), castagnoli, h[44:end+tagBytes])
 	if sum != binary.BigEndian.Uint32(h[40:]) {
 		return nil, errors.New("header checksum mismatch")
-	}
-	if fl := binary.BigEndian.Uint32(h[32:]); fl&^flagRemoved != 0 {
-		return nil, fmt.Errorf("unknown flags %#x", fl)
 	}
 	v := &version{
 		ver:      binary.BigEndian.Uint64(h[8:]),
@@ -139,6 +185,13 @@ func decodeHeader(h []byte) (*version, error) {
 	}
 	for i := range v.crcs {
 		v.crcs[i] = binary.BigEndian.Uint32(h[44+4*i:])
+	}
+	if tagBytes > 0 {
+		v.tags = make([]proto.Tag, (tagBytes-4)/16)
+		for i := range v.tags {
+			o := end + 4 + 16*i
+			v.tags[i] = proto.Tag{Client: binary.BigEndian.Uint64(h[o:]), Seq: binary.BigEndian.Uint64(h[o+8:])}
+		}
 	}
 	if v.length < 0 || v.length > proto.MaxChunkSize || int64(n) != blocksFor(v.length) {
 		return nil, fmt.Errorf("length %d with %d blocks", v.length, n)
@@ -161,12 +214,6 @@ type chunk struct {
 	pendingSince time.Time
 	corrupt      bool     // a read found a block checksum mismatch
 	file         *fileRef // open handle of the committed version, or nil
-	// tags are the client requests of the latest committed versions (at
-	// most maxChunkTags), all in the committed version's history: a
-	// retried write already here is acknowledged, not applied again, even
-	// when it arrived as an update from an earlier head (see
-	// Service.applyChain). In memory only: a restart forgets them.
-	tags []proto.Tag
 }
 
 // fileRef is a shared open handle of a committed chunk file: the chunk
@@ -207,14 +254,27 @@ func (r *fileRef) mapping(size int64) []byte {
 }
 
 // applied tells whether the client request tag made one of the chunk's
-// latest committed versions (chunk.tags).
+// latest committed versions (version.tags).
 func (t *Target) applied(c *chunk, tag proto.Tag) bool {
 	if tag.Client == 0 {
 		return false
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	return slices.Contains(c.tags, tag)
+	return c.committed != nil && slices.Contains(c.committed.tags, tag)
+}
+
+// nextTags is the tag list of a version built on one with tags base by
+// the client request tag (zero: none).
+func nextTags(base []proto.Tag, tag proto.Tag) []proto.Tag {
+	if tag.Client == 0 {
+		return slices.Clone(base)
+	}
+	out := append(slices.Clone(base), tag)
+	if len(out) > maxChunkTags {
+		out = out[len(out)-maxChunkTags:]
+	}
+	return out
 }
 
 func (c *chunk) commitVer() uint64 {
@@ -353,9 +413,24 @@ func (t *Target) readHeader(p string) (*version, error) {
 		return nil, fmt.Errorf("%w: %s: short header: %v", errCorruptFile, p, err)
 	}
 	if n := binary.BigEndian.Uint32(h[36:]); n <= maxBlocks {
-		h = append(h, make([]byte, 4*n)...)
-		if k, err := f.ReadAt(h[fixedHeader:], fixedHeader); k < 4*int(n) {
-			return nil, fmt.Errorf("%w: %s: short header: %v", errCorruptFile, p, err)
+		extra := 4 * int(n)
+		if binary.BigEndian.Uint32(h[32:])&flagTags != 0 {
+			// The tag section's count, then the tags.
+			h = append(h, make([]byte, extra+4)...)
+			if k, err := f.ReadAt(h[fixedHeader:], fixedHeader); k < extra+4 {
+				return nil, fmt.Errorf("%w: %s: short header: %v", errCorruptFile, p, err)
+			}
+			if k := binary.BigEndian.Uint32(h[fixedHeader+extra:]); k <= maxChunkTags {
+				h = append(h, make([]byte, 16*k)...)
+				if r, err := f.ReadAt(h[fixedHeader+extra+4:], int64(fixedHeader+extra+4)); r < 16*int(k) {
+					return nil, fmt.Errorf("%w: %s: short header: %v", errCorruptFile, p, err)
+				}
+			}
+		} else {
+			h = append(h, make([]byte, extra)...)
+			if k, err := f.ReadAt(h[fixedHeader:], fixedHeader); k < extra {
+				return nil, fmt.Errorf("%w: %s: short header: %v", errCorruptFile, p, err)
+			}
 		}
 	}
 	v, err := decodeHeader(h)
@@ -451,7 +526,8 @@ type update struct {
 	crc      uint32   // PayloadChecksum of data, valid when crcs != nil
 	ver      uint64
 	chainVer uint64
-	tag      proto.Tag // the client request (zero: none)
+	tag      proto.Tag   // the client request (zero: none)
+	tags     []proto.Tag // full: the sender's tags of the version (see version.tags)
 }
 
 // prepare builds the pending version u.ver of chunk id and makes it
@@ -479,6 +555,10 @@ func (t *Target) prepareAsync(id proto.ChunkID, c *chunk, u update) (*version, f
 	base := c.committed
 	corrupt := c.corrupt
 	old := c.pending
+	var baseTags []proto.Tag
+	if base != nil {
+		baseTags = base.tags
+	}
 	t.mu.Unlock()
 	if old != nil {
 		// An older attempt's pending version (a crash, a retry): replaced.
@@ -493,7 +573,17 @@ func (t *Target) prepareAsync(id proto.ChunkID, c *chunk, u update) (*version, f
 	if corrupt && !u.full && u.op != proto.OpRemove {
 		return nil, nil, fmt.Errorf("%w: chunk %v on target %d is corrupt; waiting for repair", proto.ErrChecksum, id, t.ID)
 	}
-	nv := &version{ver: u.ver, chainVer: u.chainVer, tag: u.tag, replaced: u.full}
+	nv := &version{ver: u.ver, chainVer: u.chainVer}
+	if u.full {
+		// Another history: the tags of the version replaced do not hold;
+		// the sender's do (a whole content it holds under the same tags).
+		nv.tags = nextTags(u.tags, u.tag)
+		if u.tag.Client != 0 && slices.Contains(u.tags, u.tag) {
+			nv.tags = slices.Clone(u.tags)
+		}
+	} else {
+		nv.tags = nextTags(baseTags, u.tag)
+	}
 	p := t.path(id, u.ver, true)
 	f, err := t.vfs.Create(p)
 	if err != nil {
@@ -658,15 +748,6 @@ func (t *Target) commit(id proto.ChunkID, c *chunk) (*version, error) {
 	}
 	t.mu.Lock()
 	c.committed, c.pending, c.corrupt = nv, nil, false
-	if nv.replaced || (old != nil && old.ver >= nv.ver) {
-		c.tags = nil // another history: the tags of the one replaced do not hold
-	}
-	if nv.tag.Client != 0 {
-		c.tags = append(c.tags, nv.tag)
-		if len(c.tags) > maxChunkTags {
-			c.tags = slices.Clone(c.tags[len(c.tags)-maxChunkTags:])
-		}
-	}
 	if c.file != nil {
 		c.file.release(t)
 		c.file = nil

@@ -52,3 +52,14 @@ func TestResyncHolds(t *testing.T) {
 		}
 	}
 }
+
+func TestCheckDelta(t *testing.T) {
+	for _, c := range []struct {
+		committed, ver uint64
+		want           DeltaCheck
+	}{{0, 1, DeltaApply}, {4, 5, DeltaApply}, {4, 4, DeltaDone}, {4, 2, DeltaDone}, {4, 6, DeltaMissing}, {0, 2, DeltaMissing}} {
+		if got := CheckDelta(c.committed, c.ver); got != c.want {
+			t.Errorf("CheckDelta(%d, %d) = %s, want %s", c.committed, c.ver, got, c.want)
+		}
+	}
+}

@@ -44,6 +44,9 @@ type DiskChunk struct {
 type waiter struct {
 	client Addr
 	req    Req
+	// earlier: the request made an earlier version in the pending one's
+	// history, not the pending one: its answer names no version (0).
+	earlier bool
 }
 
 type upstream struct {
@@ -98,6 +101,7 @@ type Replica struct {
 	// it so mgmtd can tell a stale report (ResyncHolds).
 	syncedCV uint64
 	chunks   map[uint64]*chunkState
+	ids      []uint64 // the keys of chunks, sorted (chunks are never forgotten)
 	seq      uint64
 	sync     *resync
 	ready    Ready
@@ -148,14 +152,7 @@ func (r *Replica) Chunk(id uint64) (Version, *Version) {
 }
 
 // Chunks lists the chunk ids the replica knows, sorted.
-func (r *Replica) Chunks() []uint64 {
-	ids := make([]uint64, 0, len(r.chunks))
-	for id := range r.chunks {
-		ids = append(ids, id)
-	}
-	slices.Sort(ids)
-	return ids
-}
+func (r *Replica) Chunks() []uint64 { return slices.Clone(r.ids) }
 
 // Corrupt flips bits of a committed content, as a failing disk would (the
 // driver calls it where its store was corrupted).
@@ -190,6 +187,8 @@ func (r *Replica) chunk(id uint64) *chunkState {
 	if c == nil {
 		c = &chunkState{lastSeq: map[Addr]uint64{}}
 		r.chunks[id] = c
+		i, _ := slices.BinarySearch(r.ids, id)
+		r.ids = slices.Insert(r.ids, i, id)
 	}
 	return c
 }
@@ -301,7 +300,7 @@ func (r *Replica) tick() {
 		return
 	}
 	me, ch := r.me()
-	for _, id := range r.Chunks() {
+	for _, id := range r.ids {
 		c := r.chunks[id]
 		switch {
 		case c.inflight != nil && (c.inflight.msg.ChainVer != ch.Version || r.now-c.inflight.sentAt >= r.cfg.RetryInterval):
@@ -387,7 +386,10 @@ func (r *Replica) onWrite(m Msg) {
 		r.reply(m, Msg{Type: MsgWriteResp}) // a retry of a done write (Ver 0: applied at some earlier version)
 		return
 	case c.pending != nil && hasReq(c.pending.Reqs, m.Req):
-		c.clients = append(c.clients, waiter{m.From, m.Req})
+		// Answered when the pending version commits: it holds the write.
+		// If an earlier version made it (a new head holds the newer
+		// pending version, not that one), the answer names no version.
+		c.clients = append(c.clients, waiter{m.From, m.Req, c.pending.Reqs[len(c.pending.Reqs)-1] != m.Req})
 		return
 	}
 	for _, q := range c.queue {
@@ -413,7 +415,7 @@ func (r *Replica) startQueued(id uint64, c *chunkState) {
 	nv := Version{Ver: c.committed.Ver + 1, Val: Mix(c.committed.Val, m.Delta), Reqs: appendReq(c.committed.Reqs, m.Req)}
 	nv.Sum = Checksum(nv.Val)
 	c.pending, c.delta, c.hasDelta, c.forceFull = &nv, m.Delta, true, false
-	c.clients = []waiter{{m.From, m.Req}}
+	c.clients = []waiter{{client: m.From, req: m.Req}}
 	r.persist(Persist{Kind: PersistPending, Chunk: id, Version: nv})
 	r.forward(id, c)
 }
@@ -456,6 +458,10 @@ func (r *Replica) commit(id uint64, c *chunkState) {
 	c.committed, c.pending, c.inflight, c.hasDelta, c.forceFull = *c.pending, nil, nil, false, false
 	r.persist(Persist{Kind: PersistCommit, Chunk: id})
 	for _, w := range c.clients {
+		if w.earlier {
+			r.send(Msg{Type: MsgWriteResp, To: w.client, Req: w.req, Chunk: id})
+			continue
+		}
 		r.send(Msg{Type: MsgWriteResp, To: w.client, Req: w.req, Chunk: id, Ver: c.committed.Ver, Val: c.committed.Val})
 	}
 	c.clients = nil
@@ -515,10 +521,10 @@ func (r *Replica) onUpdate(m Msg) {
 	switch {
 	case m.Full:
 		nv = Version{Ver: m.Ver, Val: m.Val}
-	case !r.cfg.Bugs.SkipVersionCheck && m.Ver <= c.committed.Ver:
+	case !r.cfg.Bugs.SkipVersionCheck && CheckDelta(c.committed.Ver, m.Ver) == DeltaDone:
 		ack("") // committed here already: the predecessor compares
 		return
-	case !r.cfg.Bugs.SkipVersionCheck && m.Ver != c.committed.Ver+1:
+	case !r.cfg.Bugs.SkipVersionCheck && CheckDelta(c.committed.Ver, m.Ver) == DeltaMissing:
 		ack("missing update")
 		return
 	case c.committed.Corrupt():
@@ -625,7 +631,7 @@ func (r *Replica) scrub() {
 	if r.chain() == nil {
 		return
 	}
-	for _, id := range r.Chunks() {
+	for _, id := range r.ids {
 		if c := r.chunks[id]; c.pending == nil && c.committed.Corrupt() {
 			r.repair(id)
 		}
@@ -766,7 +772,7 @@ func (r *Replica) onSyncMsg(m Msg) {
 	}
 	if m.Type == MsgSyncStart {
 		var metas []Meta
-		for _, id := range r.Chunks() {
+		for _, id := range r.ids {
 			c := r.chunks[id]
 			metas = append(metas, Meta{Chunk: id, Ver: c.committed.Ver, Val: c.committed.Val, Pending: c.pending != nil, Corrupt: c.committed.Corrupt()})
 		}
