@@ -101,6 +101,8 @@ type File struct {
 	size   int64
 	direct bool
 	m      mapping // buffered files: read-only map of cached pages (mmap.go)
+	// probeMu makes the file's page-cache probes take turns (nowait.go).
+	probeMu sync.Mutex
 }
 
 var _ fs.File = (*File)(nil)

@@ -68,13 +68,14 @@ type mapping struct {
 	next     atomic.Int64             // unix nanoseconds of the next look
 }
 
-// init maps f (once). A failure leaves data nil: reads take the other paths.
-func (m *mapping) init(f *File) {
+// init maps f, whose descriptor fd the caller holds open (once). A
+// failure leaves data nil: reads take the other paths.
+func (m *mapping) init(f *File, fd int) {
 	m.once.Do(func() {
 		if f.size == 0 || f.size > maxMapped {
 			return
 		}
-		b, err := unix.Mmap(int(f.f.Fd()), 0, int(f.size), unix.PROT_READ, unix.MAP_SHARED)
+		b, err := unix.Mmap(fd, 0, int(f.size), unix.PROT_READ, unix.MAP_SHARED)
 		if err != nil {
 			return
 		}

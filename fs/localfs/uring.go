@@ -231,7 +231,17 @@ func uringOK() bool { return !uringOff.Load() }
 // takes what is free before submitting (waiting only when it has nothing in
 // flight) and gives each token back as its read completes, so concurrent
 // batches share the budget's depth without dividing it.
+//
+// Every file's descriptor is held open from the first submission to the
+// last completion (hold.go): the kernel may look the number up only when
+// a worker thread starts the read, after io_uring_enter has returned, so
+// a Close meanwhile must not free the number for another open.
 func readURing(ctx context.Context, files []*File, reqs []fs.ReadRequest, depth int, budget *fs.Budget) error {
+	return withFDs(files, func(fds []int) error { return readURingFDs(ctx, fds, reqs, depth, budget) })
+}
+
+// readURingFDs is readURing with each request's held descriptor.
+func readURingFDs(ctx context.Context, fds []int, reqs []fs.ReadRequest, depth int, budget *fs.Budget) error {
 	d := uint32(1)
 	for d < uint32(depth) && d < 4096 {
 		d <<= 1
@@ -267,7 +277,7 @@ func readURing(ctx context.Context, files []*File, reqs []fs.ReadRequest, depth 
 			held += got
 			for ; next < len(reqs) && got > 0; next++ {
 				if q := &reqs[next]; len(q.Buf) > 0 {
-					r.push(int(files[next].f.Fd()), q.Buf, q.Off, uint64(next))
+					r.push(fds[next], q.Buf, q.Off, uint64(next))
 					tail++
 					got--
 				}

@@ -378,21 +378,26 @@ def _worker_loop(wid, num_workers, conn, transform, decode, seed, init_fn, paren
                 lo = base.__array_interface__["data"][0]
                 hi = lo + len(ring)
                 continue
-            _, slot_off, slot_size, n, epoch, step, padded, grid, body = msg
-            try:
-                meta = np.frombuffer(bytearray(body), "<i8")
-                buf = np.frombuffer(ring, np.uint8, slot_size, slot_off)
-                out = transform(Batch(meta[:n], epoch, step, padded, meta[n:].reshape(n, 2), buf, None, grid, decode))
-                f = io.BytesIO()
-                f.write(b"o")
-                _Pickler(f, lo, hi).dump(out)
-                del out, buf
-                conn.send_bytes(f.getbuffer())
-            except Exception:
-                from torch._utils import ExceptionWrapper
+            # A chunk: consecutive batches, answered with one message of
+            # their results in order (one hand-off each way per chunk).
+            results = []
+            for _, slot_off, slot_size, n, epoch, step, padded, grid, body in msg[1]:
+                try:
+                    meta = np.frombuffer(bytearray(body), "<i8")
+                    buf = np.frombuffer(ring, np.uint8, slot_size, slot_off)
+                    out = transform(Batch(meta[:n], epoch, step, padded, meta[n:].reshape(n, 2), buf, None, grid,
+                                          decode))
+                    f = io.BytesIO()
+                    f.write(b"o")
+                    _Pickler(f, lo, hi).dump(out)
+                    del out, buf
+                    results.append(f.getvalue())
+                except Exception:
+                    from torch._utils import ExceptionWrapper
 
-                w = ExceptionWrapper(where=f"in ffkit.torch.DataLoader worker {wid}")
-                conn.send_bytes(b"e" + pickle.dumps(w))
+                    w = ExceptionWrapper(where=f"in ffkit.torch.DataLoader worker {wid}")
+                    results.append(b"e" + pickle.dumps(w))
+            conn.send_bytes(pickle.dumps(results, pickle.HIGHEST_PROTOCOL))
     finally:
         conn.close()
 
@@ -402,8 +407,10 @@ class DataLoader:
     processes, in the order of ``num_workers=0`` for any number of workers.
 
     The main process reads (one ``ffkit.Loader``: the engine's batched
-    parallel reads land in its shared ring) and sends each batch to worker
-    ``k mod num_workers`` as a slot number and sample positions; the worker
+    parallel reads land in its shared ring) and sends batch k to worker
+    ``(k // c) mod num_workers`` (chunks of ``c = prefetch_factor // 2``
+    consecutive batches, one message each way per chunk) as slot numbers
+    and sample positions; the worker
     maps the same ring (its memfd is passed once over the worker's socket),
     runs ``transform(batch)`` on views of it, and sends the result back.
     Tensors and arrays of the result that view the batch come back as views
@@ -424,7 +431,10 @@ class DataLoader:
             batch past the call (copy what you keep). ``to_tensors`` itself
             runs in this process (it only makes views: a worker would add a
             round trip and nothing else), so with it no worker starts.
-        prefetch_factor: batches in flight per worker (default 2).
+        prefetch_factor: batches in flight per worker (default 4). They go to
+            the worker in chunks of ``prefetch_factor // 2`` consecutive
+            batches, answered with one message: one hand-off each way per
+            chunk rather than per batch.
         persistent_workers: keep the workers between epochs.
         worker_init_fn: called with the worker id in each worker first.
         multiprocessing_context: a context or start method name (default
@@ -440,7 +450,7 @@ class DataLoader:
     """
 
     def __init__(self, dataset, batch_size=None, num_workers=0, *, shuffle=True, seed=0, rank=None, world_size=None,
-                 drop_last=False, transform=None, prefetch_factor=2, persistent_workers=False, worker_init_fn=None,
+                 drop_last=False, transform=None, prefetch_factor=4, persistent_workers=False, worker_init_fn=None,
                  multiprocessing_context=None, timeout=0, **loader_options):
         if isinstance(dataset, Dataset):
             path, shuffle, seed = dataset.path, dataset.shuffle, dataset.seed
@@ -472,10 +482,11 @@ class DataLoader:
         # The ring must hold the batches in flight in the workers besides
         # those the caller holds.
         self._inflight = self.num_workers * self.prefetch_factor
+        self._chunk = max(1, self.prefetch_factor // 2)
         hold = int(loader_options.pop("hold", 2))
         self._loader = Loader(path, self.batch_size, shuffle=shuffle, seed=seed, rank=rank, world_size=world_size,
                               drop_last=drop_last, hold=hold + self._inflight, **loader_options)
-        self._workers = []  # [process, connection, ring generation it has]
+        self._workers = []  # [process, connection, ring generation it has, poller, outbox, results]
         self._rewind = False  # an iteration stopped with batches in flight
         if state is not None and (state.get("loader") is not None or state.get("epoch")):
             self.load_state_dict(state)
@@ -552,7 +563,7 @@ class DataLoader:
                 poller = select.poll()
                 poller.register(parent.fileno(), select.POLLIN)
                 poller.register(p.sentinel, select.POLLIN)
-                self._workers.append([p, parent, None, poller])
+                self._workers.append([p, parent, None, poller, [], collections.deque()])
         except BaseException:
             self._stop_workers()
             raise
@@ -572,28 +583,41 @@ class DataLoader:
             conn.close()
 
     def _send(self, w, b, ring_base):
+        """Queues batch b for worker w (sent by _flush)."""
         L = self._loader
-        p, conn, gen, _ = self._workers[w]
+        p, conn, gen, _, outbox, _ = self._workers[w]
         slot_off = b._buf.__array_interface__["data"][0] - ring_base
         body = np.concatenate((b.indices, b.positions.reshape(-1))).tobytes()
         try:
             if gen != L._gen:
+                self._flush(w)  # its batches name the ring it has
                 conn.send_bytes(pickle.dumps(("ring", len(L._ring))))
                 multiprocessing.reduction.send_handle(conn, L._ring_fd, p.pid)
                 self._workers[w][2] = L._gen
-            conn.send_bytes(pickle.dumps(("b", slot_off, len(b._buf), len(b), b.epoch, b.step, b.padded,
-                                          b._grid, body), pickle.HIGHEST_PROTOCOL))
         except OSError:
-            # The worker is gone (a broken pipe). The batches before this
-            # one are still yielded in order: _wait raises, naming the
-            # worker's exit code, when this batch's result is due.
-            pass
+            pass  # the worker is gone: see _flush
+        outbox.append((slot_off, len(b._buf), len(b), b.epoch, b.step, b.padded, b._grid, body))
         return slot_off
+
+    def _flush(self, w):
+        """Sends worker w its queued batches as one chunk."""
+        _, conn, _, _, outbox, _ = self._workers[w]
+        if not outbox:
+            return
+        chunk = [("b",) + x for x in outbox]
+        outbox.clear()
+        try:
+            conn.send_bytes(pickle.dumps(("c", chunk), pickle.HIGHEST_PROTOCOL))
+        except OSError:
+            # The worker is gone (a broken pipe). The batches before these
+            # are still yielded in order: _wait raises, naming the worker's
+            # exit code, when the first of these results is due.
+            pass
 
     def _wait(self, w):
         """The next message of worker w (raises if the worker died or the
         timeout passed)."""
-        p, conn, _, poller = self._workers[w]
+        p, conn, _, poller, _, _ = self._workers[w]
         waited = 0.0
         fd = conn.fileno()
         while True:
@@ -614,8 +638,15 @@ class DataLoader:
                 raise errors.EngineError(
                     f"ffkit.torch.DataLoader: timed out after {self.timeout} s waiting for worker {w}")
 
+    def _next(self, w):
+        """Worker w's next result (one of the chunk it answered last)."""
+        results = self._workers[w][5]
+        if not results:
+            results.extend(pickle.loads(self._wait(w)))
+        return results.popleft()
+
     def _result(self, w, b, slot_off):
-        data = self._wait(w)
+        data = self._next(w)
         if data[:1] == b"e":
             pickle.loads(memoryview(data)[1:]).reraise()
         u = _Unpickler(io.BytesIO(memoryview(data)[1:]), b._buf, slot_off)
@@ -627,7 +658,7 @@ class DataLoader:
     def _iter_workers(self):
         L = self._loader
         self._start_workers()
-        n = self.num_workers
+        n, c = self.num_workers, self._chunk
         pending = collections.deque()  # (batch, state after it, slot offset, worker)
         ring_gen, ring_base = None, 0
         k = 0
@@ -636,7 +667,9 @@ class DataLoader:
         clean = False
         try:
             while True:
-                while more and len(pending) < self._inflight:
+                # Batch k goes to worker (k // c) % n: chunks of c
+                # consecutive batches, refilled a whole chunk at a time.
+                while more and (k % c or len(pending) + c <= self._inflight):
                     b = next(it, None)
                     if b is None:
                         more = False
@@ -644,10 +677,14 @@ class DataLoader:
                     if L._gen != ring_gen:
                         ring_gen = L._gen
                         ring_base = np.frombuffer(L._ring, np.uint8, 1).__array_interface__["data"][0]
-                    w = k % n
+                    w = (k // c) % n
                     k += 1
                     pending.append((b, L.state_dict(), self._send(w, b, ring_base), w))
                     del b
+                    if k % c == 0:
+                        self._flush(w)
+                for w in range(n):
+                    self._flush(w)  # a chunk cut short (the end, or no room)
                 if not pending:
                     break
                 b, state, slot_off, w = pending.popleft()
@@ -672,9 +709,11 @@ class DataLoader:
         """Takes (and drops) the results still due from the workers, so that
         they can serve the next iteration; False if that failed."""
         try:
+            for w in range(len(self._workers)):
+                self._flush(w)
             while pending:
                 b, _, _, w = pending.popleft()
-                self._wait(w)
+                self._next(w)
                 b.release()
             return True
         except BaseException:

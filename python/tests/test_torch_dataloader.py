@@ -136,7 +136,8 @@ def test_transform_runs_in_the_workers(gen):
         workers = set()
         for k, b in enumerate(dl):
             assert b["pid"] != os.getpid()
-            assert b["worker"] == b["torch_worker"] == k % 3  # batch k went to worker k mod 3
+            # Batch k went to worker (k // 2) mod 3: chunks of prefetch_factor // 2 = 2 batches.
+            assert b["worker"] == b["torch_worker"] == (k // 2) % 3
             workers.add(b["pid"])
             idx = b["indices"].tolist()
             assert b["step"] == k
