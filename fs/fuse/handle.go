@@ -93,7 +93,7 @@ func (n *node) Open(_ context.Context, flags uint32) (gofs.FileHandle, uint32, s
 					pf.Close()
 				}
 				h.ra = newReadahead(s, f)
-				if whole && h.ra.fetchWhole() {
+				if whole && h.ra.fetchWhole(false) {
 					s.stats.wholeFiles.Add(1)
 				}
 			}

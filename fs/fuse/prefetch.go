@@ -22,7 +22,8 @@ import (
 //
 // A prefetched file is served only to an open of the same path whose
 // LOOKUP described the same file (inode, length and mtime) within the
-// metadata cache's bound; one not opened within prefetchKeep is dropped.
+// metadata cache's bound; one not opened within that bound (at most
+// prefetchKeepMax) is dropped.
 // The fetches take the mount's read-ahead memory like any whole-file
 // fetch (none if it is used up).
 type prefetcher struct {
@@ -41,8 +42,8 @@ type prefetchedFile struct {
 }
 
 const (
-	prefetchAhead = 4
-	prefetchKeep  = time.Second
+	prefetchAhead   = 4
+	prefetchKeepMax = 10 * time.Second
 	// prefetchDirs bounds the directories whose last open is remembered.
 	prefetchDirs = 64
 )
@@ -67,7 +68,7 @@ func (s *Server) prefetchAfter(p string) {
 	pf := s.pf
 	pf.mu.Lock()
 	defer pf.mu.Unlock()
-	pf.sweepLocked()
+	pf.sweepLocked(s.prefetchKeep())
 	prev, seen := pf.last[dir]
 	if !seen && len(pf.last) >= prefetchDirs {
 		clear(pf.last)
@@ -90,7 +91,7 @@ func (s *Server) prefetchAfter(p string) {
 			continue
 		}
 		ra := newReadahead(s, f)
-		if !ra.fetchWhole() {
+		if !ra.fetchWhole(true) {
 			f.Close()
 			return // no read-ahead memory left
 		}
@@ -110,7 +111,7 @@ func (s *Server) takePrefetched(p string, st fs.FileInfo) (fs.File, *readahead, 
 	if e == nil {
 		return nil, nil, false
 	}
-	if e.ino != st.Ino || e.size != st.Size || !e.mtime.Equal(st.ModTime) || time.Since(e.at) > prefetchKeep {
+	if e.ino != st.Ino || e.size != st.Size || !e.mtime.Equal(st.ModTime) || time.Since(e.at) > s.prefetchKeep() {
 		e.drop()
 		return nil, nil, false
 	}
@@ -123,10 +124,13 @@ func (e *prefetchedFile) drop() {
 	e.f.Close()
 }
 
-// sweepLocked drops the fetches not opened in time.
-func (pf *prefetcher) sweepLocked() {
+// prefetchKeep is how long a prefetched file waits for its open.
+func (s *Server) prefetchKeep() time.Duration { return min(s.opts.AttrTimeout, prefetchKeepMax) }
+
+// sweepLocked drops the fetches not opened within keep.
+func (pf *prefetcher) sweepLocked(keep time.Duration) {
 	for p, e := range pf.files {
-		if time.Since(e.at) > prefetchKeep {
+		if time.Since(e.at) > keep {
 			delete(pf.files, p)
 			e.drop()
 		}

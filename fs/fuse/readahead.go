@@ -207,8 +207,12 @@ func (ra *readahead) result(off int64, n int) (gofuse.ReadResult, bool) {
 
 // fetchWhole starts fetching the whole file into the window, if the
 // mount's read-ahead memory has room for all of it; false if not (then
-// nothing was started).
-func (ra *readahead) fetchWhole() bool {
+// nothing was started). A file being read is fetched in parallel pieces
+// of one FUSE request, so that a read waits for its own piece only; a
+// file fetched ahead of its open (ahead) in one batched read per
+// ReadAheadBlock: one storage round trip and one sequential read of a
+// chunk for each, not one per piece.
+func (ra *readahead) fetchWhole(ahead bool) bool {
 	ra.mu.Lock()
 	defer ra.mu.Unlock()
 	need := int((ra.size + ra.bs - 1) / ra.bs)
@@ -224,17 +228,11 @@ func (ra *readahead) fetchWhole() bool {
 	}
 	ra.wholeTokens = need
 	ra.whole = true
-	// Kept in pieces of one FUSE request. The first piece is fetched on
-	// its own, so that the first read waits for it only; the others
-	// in one read per ReadAheadBlock: one storage round trip and one
-	// sequential read of the chunk for most of the file, not one per
-	// piece (each round trip is a wake-up of the mount and of a storage
-	// service, which on a loaded host costs more than the bytes).
 	group := int64(ra.s.opts.ReadAheadBlock)
 	ra.bs = int64(min(ra.s.opts.ReadAheadBlock, ra.s.opts.MaxRequest))
 	var offs []int64
 	for o := int64(0); o < ra.size; o += ra.bs {
-		if len(offs) > 0 && (o == ra.bs || o/group != offs[0]/group) {
+		if len(offs) > 0 && (!ahead || o/group != offs[0]/group) {
 			ra.startGroupLocked(offs)
 			offs = offs[:0]
 		}
