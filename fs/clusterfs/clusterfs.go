@@ -242,6 +242,11 @@ func (f *FS) List(ctx context.Context, dir string) ([]fs.FileInfo, error) {
 		if e.Type > meta.TypeDir {
 			out[i].Kind = fs.Kind(e.Type)
 		}
+		if e.Layout != nil && !e.IsDir && e.Type <= meta.TypeFile {
+			// The listing read the file's inode: enough for OpenInfo.
+			out[i].Sys = &meta.Inode{ID: e.Inode, Type: meta.TypeFile, Size: e.Size, MTime: e.MTime,
+				Layout: e.Layout, Holes: e.Holes, Perm: e.Perm, Uid: e.Uid, Gid: e.Gid, Owned: e.Owned}
+		}
 	}
 	return out, nil
 }

@@ -66,7 +66,7 @@ func (n *node) Open(_ context.Context, flags uint32) (gofs.FileHandle, uint32, s
 		// A reader that opened with O_DIRECT bypasses the page cache below
 		// us too (the backend's cold reads, fs.OpenOptions.Direct).
 		direct := s.opts.Direct || flags&syscall.O_DIRECT != 0
-		f, ok := n.openLooked(p, fs.OpenOptions{Direct: direct})
+		f, st, ok := n.openLooked(p, fs.OpenOptions{Direct: direct})
 		if !ok {
 			var err error
 			if f, err = s.backend.Open(ctx, p, fs.OpenOptions{Direct: direct}); err != nil {
@@ -75,14 +75,30 @@ func (n *node) Open(_ context.Context, flags uint32) (gofs.FileHandle, uint32, s
 		}
 		h := &readHandle{n: n, f: f, opened: time.Now()}
 		if s.opts.ReadAhead > 0 {
-			h.ra = newReadahead(s, f)
 			// A small file is fetched whole now, while the kernel sends
 			// its first READ: training code (np.load, image decoders,
 			// torch.load) reads small files whole but not in order. Not
 			// for a reader that opened with O_DIRECT: it chose its I/O.
 			size := f.Size()
-			if flags&syscall.O_DIRECT == 0 && size > 0 && size <= s.opts.ReadWhole && h.ra.fetchWhole() {
+			whole := flags&syscall.O_DIRECT == 0 && size > 0 && size <= s.opts.ReadWhole
+			if pf, ra, got := s.takePrefetched(p, st); got && whole && ok && !direct {
+				// Fetched already: the file was next in a directory read
+				// in listing order (prefetch.go).
+				f.Close()
+				h.f, h.ra = pf, ra
 				s.stats.wholeFiles.Add(1)
+			} else {
+				if got {
+					ra.close()
+					pf.Close()
+				}
+				h.ra = newReadahead(s, f)
+				if whole && h.ra.fetchWhole(false) {
+					s.stats.wholeFiles.Add(1)
+				}
+			}
+			if whole {
+				s.prefetchAfter(p)
 			}
 		}
 		// No FOPEN_KEEP_CACHE: the kernel drops cached pages on open
@@ -136,10 +152,10 @@ func (n *node) lookedUp(st fs.FileInfo) {
 // can (fs.InfoOpener) and the answer is fresh: an open then costs the
 // cluster one metadata round trip (the LOOKUP's), not two. Each answer
 // serves one open.
-func (n *node) openLooked(p string, o fs.OpenOptions) (fs.File, bool) {
+func (n *node) openLooked(p string, o fs.OpenOptions) (fs.File, fs.FileInfo, bool) {
 	io, ok := n.srv.backend.(fs.InfoOpener)
 	if !ok {
-		return nil, false
+		return nil, fs.FileInfo{}, false
 	}
 	n.mu.Lock()
 	st, at := n.looked, n.lookedAt
@@ -149,13 +165,13 @@ func (n *node) openLooked(p string, o fs.OpenOptions) (fs.File, bool) {
 	n.looked, n.lookedAt = fs.FileInfo{}, time.Time{}
 	n.mu.Unlock()
 	if stale || at.IsZero() || time.Since(at) > lookedFresh {
-		return nil, false
+		return nil, fs.FileInfo{}, false
 	}
 	f, ok := io.OpenInfo(p, st, o)
 	if ok {
 		n.srv.stats.openLooked.Add(1)
 	}
-	return f, ok
+	return f, st, ok
 }
 
 // acquireWrite returns the node's shared write file, opening it if this is

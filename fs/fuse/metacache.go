@@ -72,6 +72,8 @@ type cachedDir struct {
 	// (changed here since the listing: lookups ask the storage).
 	names       map[string]*fs.FileInfo
 	listedUntil time.Time
+	// order is the listing as read (by name; prefetch.go).
+	order []fs.FileInfo
 	// misses counts lookups in the directory the cache could not answer
 	// since missSince.
 	misses    int
@@ -187,6 +189,7 @@ func (c *metaCache) putListing(dir string, ents []fs.FileInfo, gen uint64) {
 		d.names[ents[i].Name] = &ents[i]
 	}
 	d.listedUntil = now.Add(c.ttl)
+	d.order = ents
 	d.misses = 0
 }
 

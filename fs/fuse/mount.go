@@ -176,6 +176,10 @@ type Stats struct {
 	// OpensFromLookup counts the opens that used the answer of the
 	// LOOKUP before them (no metadata round trip of their own).
 	OpensFromLookup int64 `json:"opens_from_lookup"`
+	// FilesPrefetched counts the files fetched whole before their open
+	// (read in listing order), PrefetchesUsed those an open adopted.
+	FilesPrefetched int64 `json:"files_prefetched"`
+	PrefetchesUsed  int64 `json:"prefetches_used"`
 	Errors          int64 `json:"errors"` // requests answered with an errno
 	// MetaCache counts the metadata cache's answers (Options.AttrTimeout).
 	MetaCache MetaCacheStats `json:"meta_cache"`
@@ -190,6 +194,7 @@ type Server struct {
 	opts    Options
 	srv     *gofuse.Server
 	mc      *metaCache
+	pf      *prefetcher // listing-order prefetch (prefetch.go)
 	pend    *pendingOps // unlinks in flight (pending.go)
 	uid     uint32
 	gid     uint32
@@ -207,7 +212,7 @@ type Server struct {
 	stats struct {
 		reads, readBytes, writes, writeBytes, batches, batchedReads atomic.Int64
 		raHits, raBytes, raWaits, raWaitNanos, raWasted, errors     atomic.Int64
-		wholeFiles, openLooked                                      atomic.Int64
+		wholeFiles, openLooked, prefetched, prefetchUsed            atomic.Int64
 	}
 
 	unmountOnce sync.Once
@@ -233,6 +238,7 @@ func Mount(backend fs.FS, root, mountpoint string, opts Options) (*Server, error
 		cancel:  cancel,
 		queue:   make(chan *readReq, 4*opts.MaxBatch),
 		mc:      newMetaCache(opts.AttrTimeout),
+		pf:      newPrefetcher(),
 		pend:    newPendingOps(),
 	}
 	if rw, ok := backend.(fs.RandomAccessFS); ok {
@@ -356,6 +362,8 @@ func (s *Server) Stats() Stats {
 		ReadAheadWasted:      s.stats.raWasted.Load(),
 		WholeFiles:           s.stats.wholeFiles.Load(),
 		OpensFromLookup:      s.stats.openLooked.Load(),
+		FilesPrefetched:      s.stats.prefetched.Load(),
+		PrefetchesUsed:       s.stats.prefetchUsed.Load(),
 		Errors:               s.stats.errors.Load(),
 		MetaCache:            s.mc.stats(),
 	}
@@ -366,6 +374,7 @@ func (s *Server) Stats() Stats {
 func (s *Server) Wait() {
 	s.srv.Wait()
 	s.cancel()
+	s.pf.close()
 	s.wg.Wait()
 }
 
@@ -383,6 +392,7 @@ func (s *Server) Unmount() error {
 		err := s.srv.Unmount()
 		if err == nil {
 			s.cancel()
+			s.pf.close()
 			s.srv.Wait()
 			s.wg.Wait()
 			return
@@ -392,6 +402,7 @@ func (s *Server) Unmount() error {
 			s.unmountErr = fmt.Errorf("unmount %s: %w (lazy unmount: %v)", s.mnt, err, lerr)
 		}
 		s.cancel()
+		s.pf.close()
 		s.wg.Wait()
 		// The kernel keeps a detached mount until its last open file is
 		// closed. Give its users a moment; then stop waiting: when this

@@ -207,8 +207,12 @@ func (ra *readahead) result(off int64, n int) (gofuse.ReadResult, bool) {
 
 // fetchWhole starts fetching the whole file into the window, if the
 // mount's read-ahead memory has room for all of it; false if not (then
-// nothing was started).
-func (ra *readahead) fetchWhole() bool {
+// nothing was started). A file being read is fetched in parallel pieces
+// of one FUSE request, so that a read waits for its own piece only; a
+// file fetched ahead of its open (ahead) in one batched read per
+// ReadAheadBlock: one storage round trip and one sequential read of a
+// chunk for each, not one per piece.
+func (ra *readahead) fetchWhole(ahead bool) bool {
 	ra.mu.Lock()
 	defer ra.mu.Unlock()
 	need := int((ra.size + ra.bs - 1) / ra.bs)
@@ -224,13 +228,18 @@ func (ra *readahead) fetchWhole() bool {
 	}
 	ra.wholeTokens = need
 	ra.whole = true
-	// Fetched in pieces of one FUSE request, all at once: the first read
-	// waits for its own piece only, not for the whole file.
+	group := int64(ra.s.opts.ReadAheadBlock)
 	ra.bs = int64(min(ra.s.opts.ReadAheadBlock, ra.s.opts.MaxRequest))
+	var offs []int64
 	for o := int64(0); o < ra.size; o += ra.bs {
-		ra.startLocked(o, false)
+		if len(offs) > 0 && (!ahead || o/group != offs[0]/group) {
+			ra.startGroupLocked(offs)
+			offs = offs[:0]
+		}
+		offs = append(offs, o)
 		ra.wholeLive++
 	}
+	ra.startGroupLocked(offs)
 	return true
 }
 
@@ -291,6 +300,22 @@ func (ra *readahead) startLocked(off int64, token bool) bool {
 			return false
 		}
 	}
+	ra.fetchLocked([]*raBlock{ra.newBlockLocked(off, token)})
+	return true
+}
+
+// startGroupLocked starts fetching the blocks at offs (a whole-file
+// fetch's, which holds their tokens) in one batched read.
+func (ra *readahead) startGroupLocked(offs []int64) {
+	bs := make([]*raBlock, len(offs))
+	for i, o := range offs {
+		bs[i] = ra.newBlockLocked(o, false)
+	}
+	ra.fetchLocked(bs)
+}
+
+// newBlockLocked adds the block at off to the window, not fetched yet.
+func (ra *readahead) newBlockLocked(off int64, token bool) *raBlock {
 	n := min(ra.bs, ra.size-off)
 	buf := getBlock(int(ra.bs))[:n]
 	b := &raBlock{off: off, buf: buf, done: make(chan struct{}), token: token}
@@ -299,22 +324,36 @@ func (ra *readahead) startLocked(off int64, token bool) bool {
 	}
 	ra.blocks[off] = b
 	ra.fetched += n
+	return b
+}
+
+// fetchLocked fetches blocks (new ones, of this window) with one
+// ReadBatch in the background.
+func (ra *readahead) fetchLocked(blocks []*raBlock) {
 	ra.s.wg.Add(1)
 	go func() {
 		defer ra.s.wg.Done()
+		reqs := make([]fs.ReadRequest, len(blocks))
+		var n int64
+		for i, b := range blocks {
+			reqs[i] = fs.ReadRequest{File: ra.f, Off: b.off, Buf: b.buf}
+			n += int64(len(b.buf))
+		}
 		ctx, cancel := context.WithTimeout(ra.ctx, ra.s.opts.Timeout)
-		b.err = ra.s.backend.ReadBatch(ctx, []fs.ReadRequest{{File: ra.f, Off: off, Buf: buf}})
+		err := ra.s.backend.ReadBatch(ctx, reqs)
 		cancel()
-		if b.err == nil {
-			ra.s.stats.raBytes.Add(int64(len(buf)))
+		if err == nil {
+			ra.s.stats.raBytes.Add(n)
 		}
 		ra.mu.Lock()
-		b.fetched = true
-		close(b.done)
-		ra.maybeFreeLocked(b)
+		for _, b := range blocks {
+			b.err = err
+			b.fetched = true
+			close(b.done)
+			ra.maybeFreeLocked(b)
+		}
 		ra.mu.Unlock()
 	}()
-	return true
 }
 
 func (ra *readahead) dropLocked(b *raBlock) {

@@ -430,6 +430,9 @@ func (s *Service) Readdir(ctx context.Context, path string) ([]Entry, error) {
 					return fmt.Errorf("meta: entry %q in %s: %w", name, path, err)
 				}
 				ent.Perm, ent.Uid, ent.Gid = n.Perm, n.Uid, n.Gid
+				if n.Type == TypeFile && n.Layout != nil {
+					ent.Size, ent.Layout, ent.Holes = n.Size, n.Layout, n.Holes
+				}
 			}
 			out = append(out, ent)
 		}

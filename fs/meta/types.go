@@ -111,6 +111,12 @@ type Entry struct {
 	Perm uint32 `json:"perm,omitempty"`
 	Uid  uint32 `json:"uid,omitempty"`
 	Gid  uint32 `json:"gid,omitempty"`
+	// Layout and Holes are a regular file's, set when the listing read
+	// its inode (Owned): with them (and Size, then the inode's) the file
+	// can be opened from the listing with no Stat (a mount answering
+	// lookups from a listing opens its files without a round trip).
+	Layout *Layout `json:"layout,omitempty"`
+	Holes  bool    `json:"holes,omitempty"`
 }
 
 type session struct {
