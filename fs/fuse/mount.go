@@ -210,6 +210,9 @@ type Server struct {
 		wholeFiles, openLooked                                      atomic.Int64
 	}
 
+	// stopLogged: a call failed because the mount is stopping (logged once).
+	stopLogged atomic.Bool
+
 	unmountOnce sync.Once
 	unmountErr  error
 }
@@ -515,6 +518,20 @@ func (s *Server) errno(err error) syscall.Errno {
 	}
 	s.stats.errors.Add(1)
 	en := Errno(err)
+	if en == syscall.EINTR {
+		// The mount's storage calls run under its own context, never the
+		// caller's request: a canceled call means the mount is stopping
+		// (or the storage gave up), not that the caller was interrupted.
+		// EINTR would make callers that retry it (Go's os package does)
+		// spin on the dying mount; answer as a gone mount does.
+		en = syscall.EIO
+		if s.ctx.Err() != nil {
+			en = syscall.ENOTCONN
+			if s.stopLogged.Swap(true) {
+				return en // said once below
+			}
+		}
+	}
 	switch en {
 	case syscall.ENOENT, syscall.EEXIST, syscall.ENOTEMPTY, syscall.ENOTDIR, syscall.EISDIR,
 		syscall.ENODATA, syscall.ENAMETOOLONG, syscall.EPERM:

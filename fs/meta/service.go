@@ -181,7 +181,8 @@ func getInode(ctx context.Context, r reader, id uint64) (*Inode, error) {
 func putInode(tx kv.Txn, n *Inode) { setJSON(tx, inodeKey(n.ID), n) }
 
 func dentryOf(n *Inode) Dentry {
-	return Dentry{Inode: n.ID, IsDir: n.IsDir(), Type: n.Type, Size: n.Size, MTime: n.MTime, Owned: n.Owned}
+	return Dentry{Inode: n.ID, IsDir: n.IsDir(), Type: n.Type, Size: n.Size, MTime: n.MTime, Owned: n.Owned,
+		Shared: !n.IsDir() && n.Nlink > 1, Perm: n.Perm, Uid: n.Uid, Gid: n.Gid, hasOwner: n.Owned}
 }
 
 // newInode is a fresh inode of type t with all three times now and the
@@ -423,13 +424,17 @@ func (s *Service) Readdir(ctx context.Context, path string) ([]Entry, error) {
 				return fmt.Errorf("meta: corrupt entry %q in %s: %w", name, path, err)
 			}
 			ent := Entry{Name: name, Dentry: de}
-			if de.Owned {
-				// Only entries with stored owners cost an inode read.
+			if (de.Owned && !de.hasOwner) || de.Shared {
+				// An entry without a copy of the owner (written before
+				// copies were kept), or one of several names of a file
+				// (another name's chmod does not update it), costs an
+				// inode read; the others are described by the entry.
 				n, err := getInode(ctx, tx, de.Inode)
 				if err != nil {
 					return fmt.Errorf("meta: entry %q in %s: %w", name, path, err)
 				}
-				ent.Perm, ent.Uid, ent.Gid = n.Perm, n.Uid, n.Gid
+				ent.Owned, ent.Perm, ent.Uid, ent.Gid = n.Owned, n.Perm, n.Uid, n.Gid
+				ent.Size, ent.MTime = n.Size, n.MTime
 			}
 			out = append(out, ent)
 		}
@@ -1270,6 +1275,8 @@ func (s *Service) Link(ctx context.Context, req, src, dst string) (*Inode, error
 		n.CTime = nowNano()
 		if !n.linked() {
 			n.Parent, n.Name = dp, dname
+		} else {
+			putDentry(tx, n.Parent, n.Name, n) // now one of several names (Dentry.Shared)
 		}
 		putInode(tx, n)
 		putDentry(tx, dp, dname, n)
