@@ -2,10 +2,15 @@ package meta
 
 import (
 	"context"
+	"errors"
+	"fmt"
+	iofs "io/fs"
+	"sync/atomic"
 	"testing"
 
 	"github.com/ffkit/ffkit/fs"
 	"github.com/ffkit/ffkit/fs/kv"
+	"github.com/ffkit/ffkit/fs/kv/memkv"
 )
 
 // A listing carries the stored mode and owner of the entries that have
@@ -105,5 +110,73 @@ func TestReaddirOwnedNeedsNoInodeRead(t *testing.T) {
 				t.Errorf("%s/%s after chmod through the other name: perm %o, want 644", dir, e.Name, e.Perm)
 			}
 		}
+	}
+}
+
+// updateCounter counts the transactions that ran on a store.
+type updateCounter struct {
+	kv.Store
+	n atomic.Int64
+}
+
+func (u *updateCounter) Update(ctx context.Context, fn func(tx kv.Txn) error) error {
+	u.n.Add(1)
+	return u.Store.Update(ctx, fn)
+}
+
+// open(O_CREAT) of a new file through a mount and its close are one
+// transaction each (each is a durable commit: two fewer than the create,
+// session, length and session-end transactions they were), and they
+// leave what they did before: a file with holes allowed, a session while
+// open, none after.
+func TestOpenCreateAndCloseAreOneTransactionEach(t *testing.T) {
+	ctx := context.Background()
+	st := &updateCounter{Store: memkv.New(memkv.Options{})}
+	s, _ := newTestService(t, st)
+	if _, err := s.Mkdir(ctx, "", "/d", true, nil); err != nil {
+		t.Fatal(err)
+	}
+	before := st.n.Load()
+	n, sid, err := s.OpenWrite(ctx, "r1", "/d/f", "c1", true, true, &fs.Owner{Perm: 0o640})
+	if err != nil || sid == "" {
+		t.Fatalf("open create: %v %q", err, sid)
+	}
+	if got := st.n.Load() - before; got != 1 {
+		t.Errorf("open(O_CREAT) ran %d transactions, want 1", got)
+	}
+	if !n.Holes || !n.Owned || n.Perm != 0o640 {
+		t.Errorf("created inode %+v: want holes allowed and owner stored", n)
+	}
+	// A retry of the same request returns the same file and session.
+	if n2, sid2, err := s.OpenWrite(ctx, "r1", "/d/f", "c1", true, true, nil); err != nil || n2.ID != n.ID || sid2 != sid {
+		t.Errorf("retried open create: %v inode %v session %q, want %d %q", err, n2, sid2, n.ID, sid)
+	}
+	if _, _, err := s.OpenWrite(ctx, "r2", "/d/f", "c1", true, true, nil); !errors.Is(err, iofs.ErrExist) {
+		t.Errorf("second exclusive create: %v, want ErrExist", err)
+	}
+	before = st.n.Load()
+	if _, err := s.CloseSession(ctx, n.ID, sid, 4096, n.TruncVer); err != nil {
+		t.Fatal(err)
+	}
+	if got := st.n.Load() - before; got != 1 {
+		t.Errorf("close ran %d transactions, want 1", got)
+	}
+	got, err := s.Stat(ctx, "/d/f")
+	if err != nil || got.Size != 4096 {
+		t.Fatalf("after close: %v %+v, want size 4096", err, got)
+	}
+	if err := s.store.View(ctx, func(tx kv.ReadTxn) error {
+		p := sessionPrefix(n.ID)
+		kvs, err := tx.Range(ctx, p, kv.PrefixEnd(p), 0)
+		if err == nil && len(kvs) != 0 {
+			err = fmt.Errorf("%d sessions left after close", len(kvs))
+		}
+		return err
+	}); err != nil {
+		t.Error(err)
+	}
+	ents, err := s.Readdir(ctx, "/d")
+	if err != nil || len(ents) != 1 || ents[0].Size != 4096 {
+		t.Errorf("listing after close: %v %+v, want f with size 4096", err, ents)
 	}
 }

@@ -527,22 +527,46 @@ func (s *Service) Mkdir(ctx context.Context, req, path string, parents bool, o *
 // exactly one succeeds); without, the existing file is returned.
 // A new file gets owner o (nil: none stored).
 func (s *Service) Create(ctx context.Context, req, path string, exclusive bool, o *fs.Owner) (*Inode, error) {
+	n, _, err := s.create(ctx, req, path, exclusive, o, "")
+	return n, err
+}
+
+// openResult is what a create that opens a write session stores under
+// its request id.
+type openResult struct {
+	Inode   *Inode `json:"inode"`
+	Session string `json:"session,omitempty"`
+}
+
+// create is Create; with client set it also opens a write session for it
+// on the file (marked as possibly having holes, see OpenWrite) in the same
+// transaction: one durable commit for open(O_CREAT) instead of two.
+func (s *Service) create(ctx context.Context, req, path string, exclusive bool, o *fs.Owner, client string) (*Inode, string, error) {
 	comps, err := splitPath(path)
 	if err != nil {
-		return nil, err
+		return nil, "", err
 	}
 	if len(comps) == 0 {
-		return nil, merr(ErrIsDir, "meta: create /")
+		return nil, "", merr(ErrIsDir, "meta: create /")
 	}
 	id, err := s.allocID(ctx)
 	if err != nil {
-		return nil, err
+		return nil, "", err
 	}
 	layout, err := s.newLayout()
 	if err != nil {
-		return nil, err
+		return nil, "", err
 	}
-	var out Inode
+	sid := ""
+	if client != "" {
+		sid = newSessionID()
+	}
+	var out openResult
+	var plain Inode
+	var result any = &out
+	if sid == "" {
+		result = &plain
+	}
 	err = s.withIdem(ctx, req, func(tx kv.Txn) (any, error) {
 		parent, err := parentInode(ctx, tx, path, comps)
 		if err != nil {
@@ -555,6 +579,7 @@ func (s *Service) Create(ctx context.Context, req, path string, exclusive bool, 
 		if err != nil {
 			return nil, err
 		}
+		var n *Inode
 		if ok {
 			if de.IsDir {
 				return nil, merr(ErrIsDir, "meta: create %s", path)
@@ -562,23 +587,42 @@ func (s *Service) Create(ctx context.Context, req, path string, exclusive bool, 
 			if exclusive {
 				return nil, merr(iofs.ErrExist, "meta: create %s", path)
 			}
-			n, err := getInode(ctx, tx, de.Inode)
-			if err == nil && n.Type != TypeFile {
+			if n, err = getInode(ctx, tx, de.Inode); err != nil {
+				return nil, err
+			}
+			if n.Type != TypeFile {
 				return nil, merr(ErrInvalid, "meta: create %s: not a regular file", path)
 			}
-			return n, err
+			if sid != "" && !n.Holes {
+				n.Holes = true
+				putInode(tx, n)
+			}
+		} else {
+			n = newInode(id, TypeFile, parent, name, o)
+			n.Layout = layout
+			n.Holes = sid != ""
+			putInode(tx, n)
+			putDentry(tx, pid, name, n)
+			touchDir(tx, pid)
 		}
-		n := newInode(id, TypeFile, parent, name, o)
-		n.Layout = layout
-		putInode(tx, n)
-		putDentry(tx, pid, name, n)
-		touchDir(tx, pid)
-		return n, nil
-	}, &out)
+		if sid != "" {
+			setJSON(tx, sessionKey(n.ID, sid), session{Client: client, Expires: time.Now().Add(s.opts.SessionTTL).UnixNano()})
+		}
+		if sid == "" {
+			return n, nil // as stored before sessions were opened here
+		}
+		return openResult{Inode: n, Session: sid}, nil
+	}, result)
 	if err != nil {
-		return nil, err
+		return nil, "", err
 	}
-	return &out, nil
+	if sid == "" {
+		return &plain, "", nil
+	}
+	if out.Inode == nil {
+		return nil, "", fmt.Errorf("meta: create %s: request %s stored no inode", path, req)
+	}
+	return out.Inode, out.Session, nil
 }
 
 // unlinkFileLocked detaches file inode n (already read conflict-checked)
@@ -835,6 +879,9 @@ func (s *Service) BeginFile(ctx context.Context, path, client string, o *fs.Owne
 // OpenWrite opens a write session on the existing file at path (for
 // writers at any offset); with create, a missing file is created first.
 func (s *Service) OpenWrite(ctx context.Context, req, path, client string, create, exclusive bool, o *fs.Owner) (*Inode, string, error) {
+	if create && client != "" {
+		return s.create(ctx, req, path, exclusive, o, client)
+	}
 	if create {
 		if _, err := s.Create(ctx, req, path, exclusive, o); err != nil {
 			return nil, "", err
@@ -963,24 +1010,35 @@ func (s *Service) Extend(ctx context.Context, inode uint64, end int64, truncVer 
 	return n, err
 }
 
-// CloseSession ends a write session, recording its final end first.
+// CloseSession ends a write session, recording its final end first (as
+// Extend), in one transaction.
 func (s *Service) CloseSession(ctx context.Context, inode uint64, sid string, end int64, truncVer uint64) (*Inode, error) {
-	n, err := s.Extend(ctx, inode, end, truncVer, "")
-	if err != nil {
-		return nil, err
-	}
-	err = s.store.Update(ctx, func(tx kv.Txn) error {
-		tx.Delete(sessionKey(inode, sid))
+	var n *Inode
+	err := s.store.Update(ctx, func(tx kv.Txn) error {
 		m, err := getInode(ctx, tx, inode)
 		if err != nil {
 			return err
 		}
+		if end > m.Size && truncVer >= m.TruncVer {
+			m.Size, m.MTime = end, nowNano()
+			m.CTime = m.MTime
+			putInode(tx, m)
+			if m.linked() {
+				putDentry(tx, m.Parent, m.Name, m)
+			}
+		}
+		cp := *m
+		n = &cp
+		tx.Delete(sessionKey(inode, sid))
 		if m.Parent == 0 {
 			return s.maybeCollectUnlinked(ctx, tx, m, sid)
 		}
 		return nil
 	})
-	return n, err
+	if err != nil {
+		return nil, err
+	}
+	return n, nil
 }
 
 // AbandonFile ends session sid of an unpublished file: its chunks are
