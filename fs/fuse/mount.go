@@ -176,7 +176,10 @@ type Stats struct {
 	// OpensFromLookup counts the opens that used the answer of the
 	// LOOKUP before them (no metadata round trip of their own).
 	OpensFromLookup int64 `json:"opens_from_lookup"`
-	Errors          int64 `json:"errors"` // requests answered with an errno
+	// CreatesAsync counts the creates answered before they reached the
+	// storage (see pending.go).
+	CreatesAsync int64 `json:"creates_async"`
+	Errors       int64 `json:"errors"` // requests answered with an errno
 	// MetaCache counts the metadata cache's answers (Options.AttrTimeout).
 	MetaCache MetaCacheStats `json:"meta_cache"`
 }
@@ -207,7 +210,7 @@ type Server struct {
 	stats struct {
 		reads, readBytes, writes, writeBytes, batches, batchedReads atomic.Int64
 		raHits, raBytes, raWaits, raWaitNanos, raWasted, errors     atomic.Int64
-		wholeFiles, openLooked                                      atomic.Int64
+		wholeFiles, openLooked, createsAsync                        atomic.Int64
 	}
 
 	// stopLogged: a call failed because the mount is stopping (logged once).
@@ -359,6 +362,7 @@ func (s *Server) Stats() Stats {
 		ReadAheadWasted:      s.stats.raWasted.Load(),
 		WholeFiles:           s.stats.wholeFiles.Load(),
 		OpensFromLookup:      s.stats.openLooked.Load(),
+		CreatesAsync:         s.stats.createsAsync.Load(),
 		Errors:               s.stats.errors.Load(),
 		MetaCache:            s.mc.stats(),
 	}

@@ -180,3 +180,37 @@ func TestOpenCreateAndCloseAreOneTransactionEach(t *testing.T) {
 		t.Errorf("listing after close: %v %+v, want f with size 4096", err, ents)
 	}
 }
+
+// An empty file created without a write session has no chunks: its unlink
+// queues nothing for the collector and removes the inode at once. A file
+// opened for writing (holes allowed) is collected as before.
+func TestUnlinkEmptyFileNeedsNoCollection(t *testing.T) {
+	ctx := context.Background()
+	s, ch := newTestService(t, nil)
+	e, err := s.Create(ctx, "", "/e", true, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, sid, err := s.OpenWrite(ctx, "", "/w", "c", true, true, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.CloseSession(ctx, w.ID, sid, 0, 0); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{"/e", "/w"} {
+		if err := s.Remove(ctx, "", p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := s.StatInode(ctx, e.ID); !errors.Is(err, iofs.ErrNotExist) {
+		t.Errorf("inode of the removed empty file: %v, want gone at once", err)
+	}
+	gs, err := s.CollectGarbage(ctx, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if gs.Files != 1 || len(ch.removed[e.ID]) != 0 || len(ch.removed[w.ID]) == 0 {
+		t.Errorf("collection: %+v, removed %v: want only the file opened for writing", gs, ch.removed)
+	}
+}

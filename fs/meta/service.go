@@ -627,10 +627,17 @@ func (s *Service) create(ctx context.Context, req, path string, exclusive bool, 
 
 // unlinkFileLocked detaches file inode n (already read conflict-checked)
 // from the namespace and queues its chunks for collection.
-func unlinkFile(tx kv.Txn, n *Inode) {
+//
+// A published file (named until now) never opened for writing at offsets
+// (no holes) with length 0 has no chunks: every chunk of a file published
+// whole is inside its length, and a create without a write session writes
+// none. It needs no collection (which costs a chunk removal per chain and
+// a transaction). An unpublished one may have chunks of a writer that died.
+func unlinkFile(tx kv.Txn, n *Inode, published bool) {
+	empty := published && n.Size == 0 && !n.Holes
 	n.Parent, n.Name, n.Nlink = 0, "", 0
 	putInode(tx, n)
-	if n.Layout != nil {
+	if n.Layout != nil && !empty {
 		setJSON(tx, gcKey(n.ID), gcRecord{Inode: n.ID, Layout: *n.Layout, Delete: true, Queued: nowNano()})
 	} else {
 		tx.Delete(inodeKey(n.ID))
@@ -651,7 +658,7 @@ func dropName(tx kv.Txn, n *Inode, pid uint64, name string) {
 		putInode(tx, n)
 		return
 	}
-	unlinkFile(tx, n)
+	unlinkFile(tx, n, true)
 }
 
 // Remove removes the file or empty directory at path.
@@ -1076,7 +1083,7 @@ func (s *Service) maybeCollectUnlinked(ctx context.Context, tx kv.Txn, n *Inode,
 	if _, ok, err := tx.Get(ctx, gcKey(n.ID)); err != nil || ok {
 		return err
 	}
-	unlinkFile(tx, n)
+	unlinkFile(tx, n, false)
 	return nil
 }
 
