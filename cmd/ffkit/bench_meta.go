@@ -79,10 +79,10 @@ ratio is metadata ops/s over that. Temporary stores live under $TMPDIR.
 With --mount DIR, measure POSIX metadata calls through a mounted file
 system ('ffkit fs mount') instead, beside the same calls on a local
 directory (--local, default $TMPDIR) in the same run: --entries files
-created (open O_CREAT|O_EXCL and close), stated, listed (one listing of
-the fresh directory) and unlinked (then fsync of each directory, so that
-unlinks a mount answered early are counted until they are stored), by
-each thread count of --threads. One
+created (open O_CREAT|O_EXCL and close, then fsync of each directory),
+stated, listed (one listing of the fresh directory) and unlinked (then
+fsync of each directory): creates and unlinks a mount answered early
+are counted until they are stored, by each thread count of --threads. One
 thread works in one directory; with several, each thread has its own
 directory (as mdtest's unique-directory mode) and the entries are split
 among them. The ratio is mount over local.`,
