@@ -72,6 +72,17 @@ type WriteFile interface {
 	Sync() error
 }
 
+// EmptyCreator is an FS that creates an empty file without opening it:
+// the FUSE mount creates a file so and opens it for writing only when it
+// is written, so open(O_CREAT) of a file closed unwritten costs the
+// storage no write session.
+type EmptyCreator interface {
+	// CreateEmpty creates an empty file at name (with exclusive, an
+	// existing one is ErrExist; without, it is left as it is), with the
+	// owner in ctx (WithOwner) where the FS stores owners.
+	CreateEmpty(ctx context.Context, name string, exclusive bool) error
+}
+
 // StatFSer is an FS that reports its capacity (for statfs(2), df).
 type StatFSer interface {
 	// StatFS reports the capacity of the storage holding name.

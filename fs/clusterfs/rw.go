@@ -52,6 +52,16 @@ func (f *FS) OpenWrite(ctx context.Context, name string, flag int) (fs.WriteFile
 	return w, nil
 }
 
+var _ fs.EmptyCreator = (*FS)(nil)
+
+// CreateEmpty creates an empty file at name: one metadata transaction,
+// no write session.
+func (f *FS) CreateEmpty(ctx context.Context, name string, exclusive bool) error {
+	p := abs(name)
+	_, err := f.meta.Create(ctx, p, exclusive)
+	return wrap("create", f.String()+p, err)
+}
+
 // Truncate sets the length of name (it fails with meta.ErrBusy while
 // another writer has the file open and the length would shrink).
 func (f *FS) Truncate(ctx context.Context, name string, size int64) error {

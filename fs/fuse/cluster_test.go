@@ -3,6 +3,7 @@ package fuse_test
 import (
 	"bufio"
 	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -32,6 +33,7 @@ func ffkitBinary(t *testing.T) string {
 type testCluster struct {
 	url, authority string
 	storagePIDs    []int
+	metaPIDs       []int
 	fs             *clusterfs.FS
 }
 
@@ -71,7 +73,7 @@ func startCluster(t *testing.T) *testCluster {
 		close(lines)
 	}()
 	timeout := time.After(90 * time.Second)
-	for c.url == "" || len(c.storagePIDs) < 3 {
+	for c.url == "" || len(c.storagePIDs) < 3 || len(c.metaPIDs) == 0 {
 		select {
 		case l, ok := <-lines:
 			if !ok {
@@ -84,6 +86,10 @@ func startCluster(t *testing.T) *testCluster {
 			if f := strings.Fields(l); len(f) == 3 && f[0] == "pid" && strings.HasPrefix(f[1], "storage") {
 				pid, _ := strconv.Atoi(f[2])
 				c.storagePIDs = append(c.storagePIDs, pid)
+			}
+			if f := strings.Fields(l); len(f) == 3 && f[0] == "pid" && strings.HasPrefix(f[1], "meta") {
+				pid, _ := strconv.Atoi(f[2])
+				c.metaPIDs = append(c.metaPIDs, pid)
 			}
 		case <-timeout:
 			t.Fatalf("ffkit fs up not ready in 90s (logs in %s/logs)", dir)
@@ -115,6 +121,8 @@ func TestPOSIXCluster(t *testing.T) {
 	}
 	mnt, _ := mount(t, c.fs, "/posix", fuse.Options{})
 	fusetest.RunPOSIX(t, mnt, c.fs, "/posix")
+	// Last, on the same cluster: it kills the metadata servers.
+	t.Run("CreatesSurviveMetaRestart", func(t *testing.T) { createsSurviveMetaRestart(t, c) })
 }
 
 // TestKillStorageDuringFio: fio writes a file with checksums through the
@@ -214,4 +222,70 @@ func readClusterFile(t *testing.T, c *testCluster, name string) []byte {
 		t.Fatal(err)
 	}
 	return buf
+}
+
+// createsSurviveMetaRestart: creates a mount answered before they
+// reached the metadata service (pipelined, see fs/fuse/pending.go) land
+// even when every metadata server is killed right after they were
+// answered: the mount's client retries them with their request ids until
+// 'fs up' has restarted a server; fsync of the directory returns once
+// they have, and then they are all there, seen by another client.
+func createsSurviveMetaRestart(t *testing.T, c *testCluster) {
+	ctx := context.Background()
+	if err := c.fs.MkdirAll(ctx, "/cr/d"); err != nil {
+		t.Fatal(err)
+	}
+	if len(c.metaPIDs) == 0 {
+		t.Fatal("fs up named no metadata server")
+	}
+	mnt, srv := mount(t, c.fs, "/cr", fuse.Options{AttrTimeout: time.Minute})
+	dir := filepath.Join(mnt, "d")
+	if _, err := os.ReadDir(dir); err != nil { // the listing: every new name is known missing
+		t.Fatal(err)
+	}
+	const n = 200
+	for i := range n {
+		f, err := os.OpenFile(filepath.Join(dir, fmt.Sprintf("f%03d", i)), os.O_CREATE|os.O_WRONLY, 0o640)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if i%50 == 0 { // some are written too
+			if _, err := f.Write([]byte("data")); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := f.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, pid := range c.metaPIDs {
+		syscall.Kill(pid, syscall.SIGKILL)
+	}
+	if srv.Stats().CreatesAsync == 0 {
+		t.Error("no create was answered early: the test tests nothing")
+	}
+	d, err := os.Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Sync(); err != nil { // waits for every create to land
+		t.Fatal(err)
+	}
+	d.Close()
+	ents, err := c.fs.List(ctx, "/cr/d")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ents) != n {
+		t.Fatalf("after fsync of the directory another client lists %d files, want %d", len(ents), n)
+	}
+	for i, e := range ents {
+		want := int64(0)
+		if i%50 == 0 {
+			want = 4
+		}
+		if e.Name != fmt.Sprintf("f%03d", i) || e.Size != want || !e.HasOwner || e.Perm != 0o640 {
+			t.Errorf("entry %d: %+v, want f%03d of %d bytes, mode 0640", i, e, i, want)
+		}
+	}
 }

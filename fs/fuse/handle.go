@@ -295,10 +295,13 @@ func (n *node) Create(fctx context.Context, name string, flags uint32, mode uint
 	if flags&syscall.O_TRUNC != 0 {
 		oflag |= fs.OTrunc
 	}
-	cn.waitClosed(ctx)
-	wf, errno := cn.acquireWrite(ctx, p, oflag)
-	if errno != 0 {
-		return nil, nil, 0, errno
+	wf, async := s.createAsync(ctx, cn, p, oflag) // see pending.go
+	if !async {
+		cn.waitClosed(ctx)
+		wf, errno = cn.acquireWrite(ctx, p, oflag)
+		if errno != 0 {
+			return nil, nil, 0, errno
+		}
 	}
 	s.fillAttr(cn.report(s.newFileInfo(ctx, name)), &out.Attr)
 	h := &writeHandle{n: cn, wf: wf, writable: flags&syscall.O_ACCMODE != syscall.O_RDONLY}

@@ -180,7 +180,10 @@ type Stats struct {
 	// (read in listing order), PrefetchesUsed those an open adopted.
 	FilesPrefetched int64 `json:"files_prefetched"`
 	PrefetchesUsed  int64 `json:"prefetches_used"`
-	Errors          int64 `json:"errors"` // requests answered with an errno
+	// CreatesAsync counts the creates answered before they reached the
+	// storage (see pending.go).
+	CreatesAsync int64 `json:"creates_async"`
+	Errors       int64 `json:"errors"` // requests answered with an errno
 	// MetaCache counts the metadata cache's answers (Options.AttrTimeout).
 	MetaCache MetaCacheStats `json:"meta_cache"`
 }
@@ -212,8 +215,11 @@ type Server struct {
 	stats struct {
 		reads, readBytes, writes, writeBytes, batches, batchedReads atomic.Int64
 		raHits, raBytes, raWaits, raWaitNanos, raWasted, errors     atomic.Int64
-		wholeFiles, openLooked, prefetched, prefetchUsed            atomic.Int64
+		wholeFiles, openLooked, prefetched, prefetchUsed, createsAsync atomic.Int64
 	}
+
+	// stopLogged: a call failed because the mount is stopping (logged once).
+	stopLogged atomic.Bool
 
 	unmountOnce sync.Once
 	unmountErr  error
@@ -364,6 +370,7 @@ func (s *Server) Stats() Stats {
 		OpensFromLookup:      s.stats.openLooked.Load(),
 		FilesPrefetched:      s.stats.prefetched.Load(),
 		PrefetchesUsed:       s.stats.prefetchUsed.Load(),
+		CreatesAsync:         s.stats.createsAsync.Load(),
 		Errors:               s.stats.errors.Load(),
 		MetaCache:            s.mc.stats(),
 	}
@@ -526,6 +533,20 @@ func (s *Server) errno(err error) syscall.Errno {
 	}
 	s.stats.errors.Add(1)
 	en := Errno(err)
+	if en == syscall.EINTR {
+		// The mount's storage calls run under its own context, never the
+		// caller's request: a canceled call means the mount is stopping
+		// (or the storage gave up), not that the caller was interrupted.
+		// EINTR would make callers that retry it (Go's os package does)
+		// spin on the dying mount; answer as a gone mount does.
+		en = syscall.EIO
+		if s.ctx.Err() != nil {
+			en = syscall.ENOTCONN
+			if s.stopLogged.Swap(true) {
+				return en // said once below
+			}
+		}
+	}
 	switch en {
 	case syscall.ENOENT, syscall.EEXIST, syscall.ENOTEMPTY, syscall.ENOTDIR, syscall.EISDIR,
 		syscall.ENODATA, syscall.ENAMETOOLONG, syscall.EPERM:

@@ -69,6 +69,10 @@ type node struct {
 	looked      fs.FileInfo
 	lookedAt    time.Time
 	lookedEpoch uint64
+	// landing is closed when this mount's create of the file, answered
+	// before it reached the storage, has reached it (see createAsync);
+	// nil when none is in flight. Guarded by mu.
+	landing chan struct{}
 }
 
 var (
@@ -112,6 +116,7 @@ const maxDepth = 4096
 
 // path is the node's backend path.
 func (n *node) path() (string, syscall.Errno) {
+	n.waitLanded() // an operation on the file finds it in the storage
 	rel, ok := n.relPath()
 	if !ok {
 		return "", syscall.ENOENT
@@ -233,6 +238,7 @@ func (n *node) stat(ctx context.Context, fh gofs.FileHandle) (fs.FileInfo, sysca
 // report takes the node's state after it): when one started or ended
 // meanwhile, it asks again.
 func (n *node) describe(ctx context.Context, p string) (fs.FileInfo, error) {
+	n.waitLanded()
 	for {
 		n.waitClosed(ctx)
 		n.mu.Lock()
@@ -606,6 +612,7 @@ func (n *node) remove(name string, dir bool) syscall.Errno {
 	var err error
 	if cn, ok := n.childNode(name); ok && !dir {
 		// Still open somewhere, it keeps reporting what it had.
+		cn.keepOpenForUnlink()
 		st, err = cn.describe(ctx, p)
 	} else {
 		st, err = n.srv.statCached(ctx, p)

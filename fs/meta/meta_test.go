@@ -138,7 +138,10 @@ func TestPOSIXSemantics(t *testing.T) {
 	if _, err := s.Stat(ctx, "/a/b"); !errors.Is(err, iofs.ErrNotExist) {
 		t.Fatalf("stat removed dir: %v", err)
 	}
-	// Rename over an existing file replaces it atomically; the old one is collected.
+	// Rename over an existing file replaces it atomically; the old one is
+	// collected (it has bytes: an empty one has no chunks to collect).
+	_, err = s.Extend(ctx, f.ID, 10, 0, "")
+	must(err)
 	g, err := s.Create(ctx, "", "/a/g", true, nil)
 	must(err)
 	_, err = s.Extend(ctx, g.ID, 100, 0, "")

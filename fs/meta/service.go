@@ -33,6 +33,12 @@ type Options struct {
 	SessionTTL time.Duration
 	// IdemTTL: how long a request's stored result is kept. Default 30 min.
 	IdemTTL time.Duration
+	// ListLayouts: a listing of at most this many entries also reads the
+	// inodes of its owned files, for their layouts (Entry.Layout), so a
+	// mount opens them with no Stat; a larger listing is one range read
+	// (an inode read per entry made listing a 5,000-entry directory cost
+	// 5,000 reads). Default 256; negative: never.
+	ListLayouts int
 }
 
 // Service is the metadata logic over a kv.Store. It keeps no state of its
@@ -57,6 +63,9 @@ func NewService(ctx context.Context, opts Options) (*Service, error) {
 	}
 	if opts.Stripe <= 0 {
 		opts.Stripe = 8
+	}
+	if opts.ListLayouts == 0 {
+		opts.ListLayouts = 256
 	}
 	if opts.SessionTTL <= 0 {
 		opts.SessionTTL = 60 * time.Second
@@ -181,7 +190,8 @@ func getInode(ctx context.Context, r reader, id uint64) (*Inode, error) {
 func putInode(tx kv.Txn, n *Inode) { setJSON(tx, inodeKey(n.ID), n) }
 
 func dentryOf(n *Inode) Dentry {
-	return Dentry{Inode: n.ID, IsDir: n.IsDir(), Type: n.Type, Size: n.Size, MTime: n.MTime, Owned: n.Owned}
+	return Dentry{Inode: n.ID, IsDir: n.IsDir(), Type: n.Type, Size: n.Size, MTime: n.MTime, Owned: n.Owned,
+		Shared: !n.IsDir() && n.Nlink > 1, Perm: n.Perm, Uid: n.Uid, Gid: n.Gid, hasOwner: n.Owned}
 }
 
 // newInode is a fresh inode of type t with all three times now and the
@@ -423,15 +433,22 @@ func (s *Service) Readdir(ctx context.Context, path string) ([]Entry, error) {
 				return fmt.Errorf("meta: corrupt entry %q in %s: %w", name, path, err)
 			}
 			ent := Entry{Name: name, Dentry: de}
-			if de.Owned {
-				// Only entries with stored owners cost an inode read.
+			stale := (de.Owned && !de.hasOwner) || de.Shared
+			layouts := de.Owned && !de.IsDir && len(kvs) <= s.opts.ListLayouts
+			if stale || layouts {
+				// An entry without a copy of the owner (written before
+				// copies were kept), or one of several names of a file
+				// (another name's chmod does not update it), costs an
+				// inode read; the others are described by the entry,
+				// except for the layouts of a small directory's files.
 				n, err := getInode(ctx, tx, de.Inode)
 				if err != nil {
 					return fmt.Errorf("meta: entry %q in %s: %w", name, path, err)
 				}
-				ent.Perm, ent.Uid, ent.Gid = n.Perm, n.Uid, n.Gid
+				ent.Owned, ent.Perm, ent.Uid, ent.Gid = n.Owned, n.Perm, n.Uid, n.Gid
+				ent.Size, ent.MTime = n.Size, n.MTime
 				if n.Type == TypeFile && n.Layout != nil {
-					ent.Size, ent.Layout, ent.Holes = n.Size, n.Layout, n.Holes
+					ent.Layout, ent.Holes = n.Layout, n.Holes
 				}
 			}
 			out = append(out, ent)
@@ -525,22 +542,46 @@ func (s *Service) Mkdir(ctx context.Context, req, path string, parents bool, o *
 // exactly one succeeds); without, the existing file is returned.
 // A new file gets owner o (nil: none stored).
 func (s *Service) Create(ctx context.Context, req, path string, exclusive bool, o *fs.Owner) (*Inode, error) {
+	n, _, err := s.create(ctx, req, path, exclusive, o, "")
+	return n, err
+}
+
+// openResult is what a create that opens a write session stores under
+// its request id.
+type openResult struct {
+	Inode   *Inode `json:"inode"`
+	Session string `json:"session,omitempty"`
+}
+
+// create is Create; with client set it also opens a write session for it
+// on the file (marked as possibly having holes, see OpenWrite) in the same
+// transaction: one durable commit for open(O_CREAT) instead of two.
+func (s *Service) create(ctx context.Context, req, path string, exclusive bool, o *fs.Owner, client string) (*Inode, string, error) {
 	comps, err := splitPath(path)
 	if err != nil {
-		return nil, err
+		return nil, "", err
 	}
 	if len(comps) == 0 {
-		return nil, merr(ErrIsDir, "meta: create /")
+		return nil, "", merr(ErrIsDir, "meta: create /")
 	}
 	id, err := s.allocID(ctx)
 	if err != nil {
-		return nil, err
+		return nil, "", err
 	}
 	layout, err := s.newLayout()
 	if err != nil {
-		return nil, err
+		return nil, "", err
 	}
-	var out Inode
+	sid := ""
+	if client != "" {
+		sid = newSessionID()
+	}
+	var out openResult
+	var plain Inode
+	var result any = &out
+	if sid == "" {
+		result = &plain
+	}
 	err = s.withIdem(ctx, req, func(tx kv.Txn) (any, error) {
 		parent, err := parentInode(ctx, tx, path, comps)
 		if err != nil {
@@ -553,6 +594,7 @@ func (s *Service) Create(ctx context.Context, req, path string, exclusive bool, 
 		if err != nil {
 			return nil, err
 		}
+		var n *Inode
 		if ok {
 			if de.IsDir {
 				return nil, merr(ErrIsDir, "meta: create %s", path)
@@ -560,31 +602,57 @@ func (s *Service) Create(ctx context.Context, req, path string, exclusive bool, 
 			if exclusive {
 				return nil, merr(iofs.ErrExist, "meta: create %s", path)
 			}
-			n, err := getInode(ctx, tx, de.Inode)
-			if err == nil && n.Type != TypeFile {
+			if n, err = getInode(ctx, tx, de.Inode); err != nil {
+				return nil, err
+			}
+			if n.Type != TypeFile {
 				return nil, merr(ErrInvalid, "meta: create %s: not a regular file", path)
 			}
-			return n, err
+			if sid != "" && !n.Holes {
+				n.Holes = true
+				putInode(tx, n)
+			}
+		} else {
+			n = newInode(id, TypeFile, parent, name, o)
+			n.Layout = layout
+			n.Holes = sid != ""
+			putInode(tx, n)
+			putDentry(tx, pid, name, n)
+			touchDir(tx, pid)
 		}
-		n := newInode(id, TypeFile, parent, name, o)
-		n.Layout = layout
-		putInode(tx, n)
-		putDentry(tx, pid, name, n)
-		touchDir(tx, pid)
-		return n, nil
-	}, &out)
+		if sid != "" {
+			setJSON(tx, sessionKey(n.ID, sid), session{Client: client, Expires: time.Now().Add(s.opts.SessionTTL).UnixNano()})
+		}
+		if sid == "" {
+			return n, nil // as stored before sessions were opened here
+		}
+		return openResult{Inode: n, Session: sid}, nil
+	}, result)
 	if err != nil {
-		return nil, err
+		return nil, "", err
 	}
-	return &out, nil
+	if sid == "" {
+		return &plain, "", nil
+	}
+	if out.Inode == nil {
+		return nil, "", fmt.Errorf("meta: create %s: request %s stored no inode", path, req)
+	}
+	return out.Inode, out.Session, nil
 }
 
 // unlinkFileLocked detaches file inode n (already read conflict-checked)
 // from the namespace and queues its chunks for collection.
-func unlinkFile(tx kv.Txn, n *Inode) {
+//
+// A published file (named until now) never opened for writing at offsets
+// (no holes) with length 0 has no chunks: every chunk of a file published
+// whole is inside its length, and a create without a write session writes
+// none. It needs no collection (which costs a chunk removal per chain and
+// a transaction). An unpublished one may have chunks of a writer that died.
+func unlinkFile(tx kv.Txn, n *Inode, published bool) {
+	empty := published && n.Size == 0 && !n.Holes
 	n.Parent, n.Name, n.Nlink = 0, "", 0
 	putInode(tx, n)
-	if n.Layout != nil {
+	if n.Layout != nil && !empty {
 		setJSON(tx, gcKey(n.ID), gcRecord{Inode: n.ID, Layout: *n.Layout, Delete: true, Queued: nowNano()})
 	} else {
 		tx.Delete(inodeKey(n.ID))
@@ -605,7 +673,7 @@ func dropName(tx kv.Txn, n *Inode, pid uint64, name string) {
 		putInode(tx, n)
 		return
 	}
-	unlinkFile(tx, n)
+	unlinkFile(tx, n, true)
 }
 
 // Remove removes the file or empty directory at path.
@@ -833,6 +901,9 @@ func (s *Service) BeginFile(ctx context.Context, path, client string, o *fs.Owne
 // OpenWrite opens a write session on the existing file at path (for
 // writers at any offset); with create, a missing file is created first.
 func (s *Service) OpenWrite(ctx context.Context, req, path, client string, create, exclusive bool, o *fs.Owner) (*Inode, string, error) {
+	if create && client != "" {
+		return s.create(ctx, req, path, exclusive, o, client)
+	}
 	if create {
 		if _, err := s.Create(ctx, req, path, exclusive, o); err != nil {
 			return nil, "", err
@@ -961,24 +1032,35 @@ func (s *Service) Extend(ctx context.Context, inode uint64, end int64, truncVer 
 	return n, err
 }
 
-// CloseSession ends a write session, recording its final end first.
+// CloseSession ends a write session, recording its final end first (as
+// Extend), in one transaction.
 func (s *Service) CloseSession(ctx context.Context, inode uint64, sid string, end int64, truncVer uint64) (*Inode, error) {
-	n, err := s.Extend(ctx, inode, end, truncVer, "")
-	if err != nil {
-		return nil, err
-	}
-	err = s.store.Update(ctx, func(tx kv.Txn) error {
-		tx.Delete(sessionKey(inode, sid))
+	var n *Inode
+	err := s.store.Update(ctx, func(tx kv.Txn) error {
 		m, err := getInode(ctx, tx, inode)
 		if err != nil {
 			return err
 		}
+		if end > m.Size && truncVer >= m.TruncVer {
+			m.Size, m.MTime = end, nowNano()
+			m.CTime = m.MTime
+			putInode(tx, m)
+			if m.linked() {
+				putDentry(tx, m.Parent, m.Name, m)
+			}
+		}
+		cp := *m
+		n = &cp
+		tx.Delete(sessionKey(inode, sid))
 		if m.Parent == 0 {
 			return s.maybeCollectUnlinked(ctx, tx, m, sid)
 		}
 		return nil
 	})
-	return n, err
+	if err != nil {
+		return nil, err
+	}
+	return n, nil
 }
 
 // AbandonFile ends session sid of an unpublished file: its chunks are
@@ -1016,7 +1098,7 @@ func (s *Service) maybeCollectUnlinked(ctx context.Context, tx kv.Txn, n *Inode,
 	if _, ok, err := tx.Get(ctx, gcKey(n.ID)); err != nil || ok {
 		return err
 	}
-	unlinkFile(tx, n)
+	unlinkFile(tx, n, false)
 	return nil
 }
 
@@ -1273,6 +1355,8 @@ func (s *Service) Link(ctx context.Context, req, src, dst string) (*Inode, error
 		n.CTime = nowNano()
 		if !n.linked() {
 			n.Parent, n.Name = dp, dname
+		} else {
+			putDentry(tx, n.Parent, n.Name, n) // now one of several names (Dentry.Shared)
 		}
 		putInode(tx, n)
 		putDentry(tx, dp, dname, n)

@@ -97,24 +97,32 @@ type Dentry struct {
 	Type  Type  `json:"type,omitempty"`
 	Size  int64 `json:"size"`
 	MTime int64 `json:"mtime"`
-	// Owned: the inode stores permission bits and owner (Inode.Owned),
-	// so a listing reads them from it; without, the entry has the
-	// defaults and the listing needs no inode read.
+	// Owned: the inode stores permission bits and owner (Inode.Owned);
+	// without, the entry has the defaults.
 	Owned bool `json:"owned,omitempty"`
+	// Shared: the file had more than one name when the entry was
+	// written, so a change through another name may have left the
+	// entry's copies stale: a listing reads the inode.
+	Shared bool `json:"shared,omitempty"`
+	// Perm, Uid and Gid are copies of the inode's, set when Owned (in
+	// entries written before copies were kept, a listing reads them from
+	// the inode: hasOwner is false).
+	Perm     uint32 `json:"perm,omitempty"`
+	Uid      uint32 `json:"uid,omitempty"`
+	Gid      uint32 `json:"gid,omitempty"`
+	hasOwner bool
 }
 
-// Entry is a listed directory entry. Perm, Uid and Gid are the inode's,
-// set when Owned.
+// Entry is a listed directory entry. Perm, Uid and Gid (in Dentry) are
+// the inode's, set when Owned.
 type Entry struct {
 	Name string `json:"name"`
 	Dentry
-	Perm uint32 `json:"perm,omitempty"`
-	Uid  uint32 `json:"uid,omitempty"`
-	Gid  uint32 `json:"gid,omitempty"`
 	// Layout and Holes are a regular file's, set when the listing read
-	// its inode (Owned): with them (and Size, then the inode's) the file
-	// can be opened from the listing with no Stat (a mount answering
-	// lookups from a listing opens its files without a round trip).
+	// its inode (Options.ListLayouts): with them (and Size, then the
+	// inode's) the file can be opened from the listing with no Stat (a
+	// mount answering lookups from a listing opens its files without a
+	// round trip).
 	Layout *Layout `json:"layout,omitempty"`
 	Holes  bool    `json:"holes,omitempty"`
 }
