@@ -213,8 +213,8 @@ type Server struct {
 	nextIno  atomic.Uint64
 
 	stats struct {
-		reads, readBytes, writes, writeBytes, batches, batchedReads atomic.Int64
-		raHits, raBytes, raWaits, raWaitNanos, raWasted, errors     atomic.Int64
+		reads, readBytes, writes, writeBytes, batches, batchedReads    atomic.Int64
+		raHits, raBytes, raWaits, raWaitNanos, raWasted, errors        atomic.Int64
 		wholeFiles, openLooked, prefetched, prefetchUsed, createsAsync atomic.Int64
 	}
 
