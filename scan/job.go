@@ -1,6 +1,7 @@
 package scan
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -66,9 +67,15 @@ type Job struct {
 	// table input. It excludes Columns, Where, GroupBy and Aggs.
 	SQL string `json:"sql,omitempty"`
 	// PartitionBy: "" (one partition), "files", "rows", "hash:COL[,COL...]",
-	// or "column:COL" (an integer column holding each row's partition, in
-	// [0, Partitions): SmallPond's repartition(n, by=COL)).
+	// "column:COL" (an integer column holding each row's partition, in
+	// [0, Partitions): SmallPond's repartition(n, by=COL)), or "range:COL"
+	// (a string or binary column, split at Bounds).
 	PartitionBy string `json:"partition_by,omitempty"`
+	// Bounds, with "range:COL", are the Partitions-1 ascending split points:
+	// a row goes to the number of bounds <= its key (bytewise), so partition
+	// p holds [Bounds[p-1], Bounds[p]); a NULL key goes to partition 0.
+	// (JSON: base64 strings.)
+	Bounds [][]byte `json:"bounds,omitempty"`
 	// Partitions is N for PartitionBy. Default 1.
 	Partitions int `json:"partitions,omitempty"`
 	// Workers bounds parallel tasks and row-group decoding. Default: CPUs.
@@ -151,6 +158,8 @@ func (j *Job) keyColumns() []string {
 		list = h
 	} else if c, ok := strings.CutPrefix(j.PartitionBy, "column:"); ok {
 		list = c
+	} else if c, ok := strings.CutPrefix(j.PartitionBy, "range:"); ok {
+		list = c
 	} else {
 		return nil
 	}
@@ -165,6 +174,9 @@ func (j *Job) keyColumns() []string {
 
 // byValue: rows go to the partition their key column holds ("column:COL").
 func (j *Job) byValue() bool { return strings.HasPrefix(j.PartitionBy, "column:") }
+
+// byRange: rows go to the partition of their key between Bounds ("range:COL").
+func (j *Job) byRange() bool { return strings.HasPrefix(j.PartitionBy, "range:") }
 
 // Validate checks the job's options.
 func (j *Job) Validate() error {
@@ -189,8 +201,23 @@ func (j *Job) Validate() error {
 		if len(j.keyColumns()) != 1 {
 			return fmt.Errorf("%w: --partition-by %q: column: takes one integer column (column:COL)", ErrUsage, j.PartitionBy)
 		}
+	case j.byRange():
+		if len(j.keyColumns()) != 1 {
+			return fmt.Errorf("%w: --partition-by %q: range: takes one string or binary column (range:COL)", ErrUsage, j.PartitionBy)
+		}
+		if len(j.Bounds) != max(j.Partitions, 1)-1 {
+			return fmt.Errorf("%w: --partition-by %s into %d partitions needs %d bounds, got %d", ErrUsage, j.PartitionBy, max(j.Partitions, 1), max(j.Partitions, 1)-1, len(j.Bounds))
+		}
+		for i := 1; i < len(j.Bounds); i++ {
+			if bytes.Compare(j.Bounds[i-1], j.Bounds[i]) > 0 {
+				return fmt.Errorf("%w: --partition-by %s: bounds %d and %d are not in ascending order", ErrUsage, j.PartitionBy, i-1, i)
+			}
+		}
 	default:
-		return fmt.Errorf("%w: --partition-by %q: want files, rows, parts, hash:COL[,COL...] or column:COL", ErrUsage, j.PartitionBy)
+		return fmt.Errorf("%w: --partition-by %q: want files, rows, parts, hash:COL[,COL...], column:COL or range:COL", ErrUsage, j.PartitionBy)
+	}
+	if len(j.Bounds) > 0 && !j.byRange() {
+		return fmt.Errorf("%w: bounds need --partition-by range:COL", ErrUsage)
 	}
 	if j.Partitions < 0 || j.Partitions > 1<<16 {
 		return fmt.Errorf("%w: --partitions %d out of range [1, 65536]", ErrUsage, j.Partitions)
@@ -341,6 +368,22 @@ func (r *runner) compile() error {
 			}
 		}
 	}
+	if j.byRange() {
+		for _, src := range []*Source{r.src, r.src2} {
+			if src == nil {
+				continue
+			}
+			sc, err := src.Schema([]string{resolveName(src.Files[0].Schema, hash[0])})
+			if err != nil {
+				return fmt.Errorf("--partition-by: %w", err)
+			}
+			switch sc.Field(0).Type.ID() {
+			case arrow.STRING, arrow.BINARY, arrow.LARGE_STRING, arrow.LARGE_BINARY:
+			default:
+				return fmt.Errorf("%w: --partition-by %s: the column is %s, want a string or binary", ErrUsage, j.PartitionBy, sc.Field(0).Type)
+			}
+		}
+	}
 	switch {
 	case j.SQL != "":
 		if hash != nil {
@@ -472,7 +515,7 @@ func (r *runner) fingerprint(ctx context.Context) (string, error) {
 	doc := map[string]any{
 		"v": "ffkit-scan-1", "inputs": a, "join": b, "columns": j.Columns, "where": j.Where,
 		"group_by": j.GroupBy, "aggs": j.Aggs, "sql": j.SQL, "partition_by": j.PartitionBy,
-		"partitions": j.Partitions, "format": j.Format, "sample_column": j.SampleColumn,
+		"partitions": j.Partitions, "bounds": j.Bounds, "format": j.Format, "sample_column": j.SampleColumn,
 		"shard_size": j.ShardSize, "row_group_rows": j.RowGroupRows, "output": j.Output,
 	}
 	if j.Broadcast {
@@ -1212,7 +1255,7 @@ func (r *runner) producerTask(units []unit, keyPos []int, side string, k, n, par
 					return nil, err
 				}
 				defer rec.Release()
-				pieces, err := splitRows(ctx, rec, keyPos, n, r.job.byValue())
+				pieces, err := splitRows(ctx, rec, keyPos, n, r.job.byValue(), r.job.Bounds)
 				if err != nil || !project {
 					return pieces, err
 				}

@@ -357,3 +357,19 @@ def test_ray_on_ffkit_cluster(data, tmp_path, ffkit_cluster, ray_cluster):
                 a, b = unstamped(os.path.join(local, n)), unstamped(str(got / "out" / name / n))
                 assert a == b, f"{name}/{n} differs between the local executor and Ray on the cluster"
         assert rows(agg.to_arrow(), ["k"]) == rows(duck(AGG, data), ["k"])
+
+
+def test_range_repartition_then_partial_sort(data, tmp_path):
+    """GraySort's shape: range partitions at sampled bounds, each sorted:
+    the partitions in order are the whole input sorted."""
+    with ffkit.session(data_root=str(tmp_path / "root"), workers=2) as sp:
+        df = sp.partial_sql("SELECT id, s || '-' || id::VARCHAR AS key FROM {0}", sp.read_parquet(data))
+        keys = sorted(f"s{i % 11}-{i}" for i in range(18000))
+        bounds = [keys[len(keys) * q // 4] for q in (1, 2, 3)]
+        srt = df.repartition(4, range_by="key", bounds=bounds).partial_sort("key")
+        got = [r["key"] for f in sp._part_files(srt.compute()) for r in pq.read_table(f).to_pylist()]
+        assert got == keys
+        with pytest.raises(ValueError, match="ascending"):
+            df.repartition(3, range_by="key", bounds=["b", "a"])
+        with pytest.raises(ValueError, match="want 2 bounds"):
+            df.repartition(3, range_by="key", bounds=["a"])
