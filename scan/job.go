@@ -90,6 +90,9 @@ type Job struct {
 	SampleColumn string `json:"sample_column,omitempty"`
 	// ShardSize is the target FFRecord shard size. Default 256 MiB.
 	ShardSize int64 `json:"shard_size,omitempty"`
+	// ZstdLevel is the zstd level of Parquet output, 1 (fastest) to 22.
+	// Default 3. Intermediate shuffle files are always written at 1.
+	ZstdLevel int `json:"zstd_level,omitempty"`
 	// RowGroupRows is the Parquet output row-group length. Default 122880.
 	RowGroupRows int64 `json:"row_group_rows,omitempty"`
 	// MemoryLimit caps DuckDB's memory per SQL task ("2GB"). Default 1GB.
@@ -218,6 +221,9 @@ func (j *Job) Validate() error {
 	}
 	if len(j.Bounds) > 0 && !j.byRange() {
 		return fmt.Errorf("%w: bounds need --partition-by range:COL", ErrUsage)
+	}
+	if j.ZstdLevel < 0 || j.ZstdLevel > 22 {
+		return fmt.Errorf("%w: zstd_level %d out of range [1, 22]", ErrUsage, j.ZstdLevel)
 	}
 	if j.Partitions < 0 || j.Partitions > 1<<16 {
 		return fmt.Errorf("%w: --partitions %d out of range [1, 65536]", ErrUsage, j.Partitions)
@@ -521,6 +527,9 @@ func (r *runner) fingerprint(ctx context.Context) (string, error) {
 	if j.Broadcast {
 		doc["broadcast"] = true
 	}
+	if j.ZstdLevel != 0 {
+		doc["zstd_level"] = j.ZstdLevel
+	}
 	if j.Salt != "" {
 		doc["salt"] = j.Salt // absent otherwise: fingerprints of plain jobs stay as they were
 	}
@@ -782,7 +791,7 @@ func (r *runner) sinkOpts(stage, base string, sc *arrow.Schema, kv map[string]st
 		format = FormatParquet // parts of a single-file output; mergeInto converts
 	}
 	return sinkOptions{format: format, dir: stage, base: base, schema: sc, kv: kv,
-		rowGroupRows: r.job.RowGroupRows, sampleColumn: r.job.SampleColumn, shardSize: r.job.ShardSize}
+		rowGroupRows: r.job.RowGroupRows, sampleColumn: r.job.SampleColumn, shardSize: r.job.ShardSize, zstdLevel: r.job.ZstdLevel}
 }
 
 // execute plans the tasks and runs them.
@@ -1294,6 +1303,7 @@ func (r *runner) producerTask(units []unit, keyPos []int, side string, k, n, par
 						opts.rowGroupBytes = max(4<<20, DefaultRowGroupBytes/int64(n))
 						if !project {
 							opts.format = FormatParquet
+							opts.zstdLevel = 1 // removed once the job is done: speed over size
 						}
 						s, err := newSink(ctx, opts)
 						if err != nil {

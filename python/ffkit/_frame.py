@@ -409,6 +409,11 @@ class Session:
             return ["@" + n.name] if refs else [self._dir(n)]
 
         job = {k: v for k, v in node.spec.items() if k != "op"}
+        if not node.spec.get("output"):
+            # a stage under data_root is read by the next stage: written
+            # at zstd's fastest level (half the CPU of the default, a
+            # little larger); write_parquet keeps the default
+            job["zstd_level"] = 1
         job["inputs"] = src(node.inputs[0])
         if len(node.inputs) > 1:
             job["join"] = src(node.inputs[1])
