@@ -39,7 +39,7 @@ import json, sys, time
 import smallpond
 a = json.loads(sys.argv[1])
 t0 = time.perf_counter()
-sp = smallpond.init(data_root=a["root"], num_executors=a["cores"], bind_numa_node=False)
+sp = smallpond.init(data_root=a["root"], num_executors=0, bind_numa_node=False)
 df = sp.read_parquet(a["input"])
 case = " ".join(f"WHEN key < from_hex('{b}') THEN {i}" for i, b in enumerate(a["bounds"]))
 df = sp.partial_sql(f"SELECT *, (CASE {case} ELSE {len(a['bounds'])} END)::INTEGER AS p FROM {{0}}", df)
