@@ -46,7 +46,7 @@ df = sp.partial_sql(f"SELECT *, (CASE {case} ELSE {len(a['bounds'])} END)::INTEG
 df = df.repartition(a["parts"], by="p")
 df = sp.partial_sql("SELECT key, payload FROM {0} ORDER BY key", df)
 df.write_parquet(a["out"])
-print(json.dumps({"seconds": time.perf_counter() - t0}))
+print("GRAYSORT_SECONDS", time.perf_counter() - t0, flush=True)
 """
 
 
@@ -187,7 +187,7 @@ def main():
             raise RuntimeError(f"smallpond failed (exit {p.returncode}): {p.stderr.decode(errors='replace')[-3000:]}")
         for d in (root, out):
             shutil.rmtree(d, ignore_errors=True)
-        return json.loads(p.stdout.decode().strip().splitlines()[-1])["seconds"]
+        return float(next(l for l in p.stdout.decode().splitlines() if l.startswith("GRAYSORT_SECONDS")).split()[1])
 
     runs = {"local": lambda: ours("local"), "ray": lambda: ours("ray"), "duckdb": duck, "smallpond": smallpond}
     order = [c for c in ["local", "ray", "duckdb", "smallpond"] if c in only]
