@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"sort"
 
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/zeebo/xxh3"
@@ -101,9 +102,10 @@ func PartitionOf(vals []expr.Value, n int) int {
 var ErrPartitionValue = errkind.New(errkind.Data, "scan: partition column value out of range")
 
 // splitRows splits rec into n batches by the hash of the key columns
-// (positions in rec), or with byValue by the value of the one key column,
-// which must be in [0, n). Batches of empty partitions are nil.
-func splitRows(ctx context.Context, rec arrow.RecordBatch, keyPos []int, n int, byValue bool) ([]arrow.RecordBatch, error) {
+// (positions in rec), with byValue by the value of the one key column,
+// which must be in [0, n), or with bounds (n-1 of them) by where the one
+// key column falls between them. Batches of empty partitions are nil.
+func splitRows(ctx context.Context, rec arrow.RecordBatch, keyPos []int, n int, byValue bool, bounds [][]byte) ([]arrow.RecordBatch, error) {
 	rows := int(rec.NumRows())
 	keys := make([]expr.Vec, len(keyPos))
 	for i, p := range keyPos {
@@ -128,6 +130,18 @@ func splitRows(ctx context.Context, rec arrow.RecordBatch, keyPos []int, n int, 
 				return nil, fmt.Errorf("%w: column %s holds %s, want [0, %d)", ErrPartitionValue, rec.ColumnName(keyPos[0]), val, n)
 			}
 			part[i] = int32(v.I[i])
+		}
+	} else if bounds != nil {
+		v := &keys[0]
+		if v.T != expr.TString {
+			return nil, fmt.Errorf("%w: range partition column %s is not a string or binary", ErrUsage, rec.ColumnName(keyPos[0]))
+		}
+		for i := range part {
+			if v.IsNull(i) {
+				continue
+			}
+			k := v.S[i]
+			part[i] = int32(sort.Search(len(bounds), func(b int) bool { return string(bounds[b]) > k }))
 		}
 	} else {
 		for i, x := range hashRows(keys, rows) {

@@ -1,6 +1,7 @@
 package scan
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -66,9 +67,15 @@ type Job struct {
 	// table input. It excludes Columns, Where, GroupBy and Aggs.
 	SQL string `json:"sql,omitempty"`
 	// PartitionBy: "" (one partition), "files", "rows", "hash:COL[,COL...]",
-	// or "column:COL" (an integer column holding each row's partition, in
-	// [0, Partitions): SmallPond's repartition(n, by=COL)).
+	// "column:COL" (an integer column holding each row's partition, in
+	// [0, Partitions): SmallPond's repartition(n, by=COL)), or "range:COL"
+	// (a string or binary column, split at Bounds).
 	PartitionBy string `json:"partition_by,omitempty"`
+	// Bounds, with "range:COL", are the Partitions-1 ascending split points:
+	// a row goes to the number of bounds <= its key (bytewise), so partition
+	// p holds [Bounds[p-1], Bounds[p]); a NULL key goes to partition 0.
+	// (JSON: base64 strings.)
+	Bounds [][]byte `json:"bounds,omitempty"`
 	// Partitions is N for PartitionBy. Default 1.
 	Partitions int `json:"partitions,omitempty"`
 	// Workers bounds parallel tasks and row-group decoding. Default: CPUs.
@@ -83,6 +90,9 @@ type Job struct {
 	SampleColumn string `json:"sample_column,omitempty"`
 	// ShardSize is the target FFRecord shard size. Default 256 MiB.
 	ShardSize int64 `json:"shard_size,omitempty"`
+	// ZstdLevel is the zstd level of Parquet output, 1 (fastest) to 22.
+	// Default 3. Intermediate shuffle files are always written at 1.
+	ZstdLevel int `json:"zstd_level,omitempty"`
 	// RowGroupRows is the Parquet output row-group length. Default 122880.
 	RowGroupRows int64 `json:"row_group_rows,omitempty"`
 	// MemoryLimit caps DuckDB's memory per SQL task ("2GB"). Default 1GB.
@@ -151,6 +161,8 @@ func (j *Job) keyColumns() []string {
 		list = h
 	} else if c, ok := strings.CutPrefix(j.PartitionBy, "column:"); ok {
 		list = c
+	} else if c, ok := strings.CutPrefix(j.PartitionBy, "range:"); ok {
+		list = c
 	} else {
 		return nil
 	}
@@ -165,6 +177,9 @@ func (j *Job) keyColumns() []string {
 
 // byValue: rows go to the partition their key column holds ("column:COL").
 func (j *Job) byValue() bool { return strings.HasPrefix(j.PartitionBy, "column:") }
+
+// byRange: rows go to the partition of their key between Bounds ("range:COL").
+func (j *Job) byRange() bool { return strings.HasPrefix(j.PartitionBy, "range:") }
 
 // Validate checks the job's options.
 func (j *Job) Validate() error {
@@ -189,8 +204,26 @@ func (j *Job) Validate() error {
 		if len(j.keyColumns()) != 1 {
 			return fmt.Errorf("%w: --partition-by %q: column: takes one integer column (column:COL)", ErrUsage, j.PartitionBy)
 		}
+	case j.byRange():
+		if len(j.keyColumns()) != 1 {
+			return fmt.Errorf("%w: --partition-by %q: range: takes one string or binary column (range:COL)", ErrUsage, j.PartitionBy)
+		}
+		if len(j.Bounds) != max(j.Partitions, 1)-1 {
+			return fmt.Errorf("%w: --partition-by %s into %d partitions needs %d bounds, got %d", ErrUsage, j.PartitionBy, max(j.Partitions, 1), max(j.Partitions, 1)-1, len(j.Bounds))
+		}
+		for i := 1; i < len(j.Bounds); i++ {
+			if bytes.Compare(j.Bounds[i-1], j.Bounds[i]) > 0 {
+				return fmt.Errorf("%w: --partition-by %s: bounds %d and %d are not in ascending order", ErrUsage, j.PartitionBy, i-1, i)
+			}
+		}
 	default:
-		return fmt.Errorf("%w: --partition-by %q: want files, rows, parts, hash:COL[,COL...] or column:COL", ErrUsage, j.PartitionBy)
+		return fmt.Errorf("%w: --partition-by %q: want files, rows, parts, hash:COL[,COL...], column:COL or range:COL", ErrUsage, j.PartitionBy)
+	}
+	if len(j.Bounds) > 0 && !j.byRange() {
+		return fmt.Errorf("%w: bounds need --partition-by range:COL", ErrUsage)
+	}
+	if j.ZstdLevel < 0 || j.ZstdLevel > 22 {
+		return fmt.Errorf("%w: zstd_level %d out of range [1, 22]", ErrUsage, j.ZstdLevel)
 	}
 	if j.Partitions < 0 || j.Partitions > 1<<16 {
 		return fmt.Errorf("%w: --partitions %d out of range [1, 65536]", ErrUsage, j.Partitions)
@@ -341,6 +374,22 @@ func (r *runner) compile() error {
 			}
 		}
 	}
+	if j.byRange() {
+		for _, src := range []*Source{r.src, r.src2} {
+			if src == nil {
+				continue
+			}
+			sc, err := src.Schema([]string{resolveName(src.Files[0].Schema, hash[0])})
+			if err != nil {
+				return fmt.Errorf("--partition-by: %w", err)
+			}
+			switch sc.Field(0).Type.ID() {
+			case arrow.STRING, arrow.BINARY, arrow.LARGE_STRING, arrow.LARGE_BINARY:
+			default:
+				return fmt.Errorf("%w: --partition-by %s: the column is %s, want a string or binary", ErrUsage, j.PartitionBy, sc.Field(0).Type)
+			}
+		}
+	}
 	switch {
 	case j.SQL != "":
 		if hash != nil {
@@ -472,11 +521,14 @@ func (r *runner) fingerprint(ctx context.Context) (string, error) {
 	doc := map[string]any{
 		"v": "ffkit-scan-1", "inputs": a, "join": b, "columns": j.Columns, "where": j.Where,
 		"group_by": j.GroupBy, "aggs": j.Aggs, "sql": j.SQL, "partition_by": j.PartitionBy,
-		"partitions": j.Partitions, "format": j.Format, "sample_column": j.SampleColumn,
+		"partitions": j.Partitions, "bounds": j.Bounds, "format": j.Format, "sample_column": j.SampleColumn,
 		"shard_size": j.ShardSize, "row_group_rows": j.RowGroupRows, "output": j.Output,
 	}
 	if j.Broadcast {
 		doc["broadcast"] = true
+	}
+	if j.ZstdLevel != 0 {
+		doc["zstd_level"] = j.ZstdLevel
 	}
 	if j.Salt != "" {
 		doc["salt"] = j.Salt // absent otherwise: fingerprints of plain jobs stay as they were
@@ -739,7 +791,7 @@ func (r *runner) sinkOpts(stage, base string, sc *arrow.Schema, kv map[string]st
 		format = FormatParquet // parts of a single-file output; mergeInto converts
 	}
 	return sinkOptions{format: format, dir: stage, base: base, schema: sc, kv: kv,
-		rowGroupRows: r.job.RowGroupRows, sampleColumn: r.job.SampleColumn, shardSize: r.job.ShardSize}
+		rowGroupRows: r.job.RowGroupRows, sampleColumn: r.job.SampleColumn, shardSize: r.job.ShardSize, zstdLevel: r.job.ZstdLevel}
 }
 
 // execute plans the tasks and runs them.
@@ -1212,7 +1264,7 @@ func (r *runner) producerTask(units []unit, keyPos []int, side string, k, n, par
 					return nil, err
 				}
 				defer rec.Release()
-				pieces, err := splitRows(ctx, rec, keyPos, n, r.job.byValue())
+				pieces, err := splitRows(ctx, rec, keyPos, n, r.job.byValue(), r.job.Bounds)
 				if err != nil || !project {
 					return pieces, err
 				}
@@ -1251,6 +1303,7 @@ func (r *runner) producerTask(units []unit, keyPos []int, side string, k, n, par
 						opts.rowGroupBytes = max(4<<20, DefaultRowGroupBytes/int64(n))
 						if !project {
 							opts.format = FormatParquet
+							opts.zstdLevel = 1 // removed once the job is done: speed over size
 						}
 						s, err := newSink(ctx, opts)
 						if err != nil {

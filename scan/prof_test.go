@@ -23,6 +23,10 @@ func BenchmarkJobProfile(b *testing.B) {
 			j.Where, j.Columns = "day >= DATE '2020-12-01'", "key, day"
 		case "hash":
 			j.PartitionBy, j.Partitions, j.Output = "hash:key", 16, b.TempDir()+"/h"
+		case "range": // a binary key column, as the GraySort bench writes
+			j.PartitionBy, j.Partitions, j.Output = "range:key", 4, b.TempDir()+"/r"
+			j.Bounds = [][]byte{{0x40}, {0x80}, {0xc0}}
+			j.ZstdLevel = 1
 		default:
 			j.Where, j.Columns = "value > 0.99", "key, value"
 		}

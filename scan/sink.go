@@ -1,6 +1,7 @@
 package scan
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"io"
@@ -75,6 +76,7 @@ type sinkOptions struct {
 	rowGroupBytes int64
 	sampleColumn  string
 	shardSize     int64
+	zstdLevel     int // 0: zstdLevel
 }
 
 func newSink(ctx context.Context, o sinkOptions) (sink, error) {
@@ -154,10 +156,12 @@ func (s *fileSink) openParquet(o sinkOptions) error {
 	}
 	opts := []parquet.WriterProperty{
 		parquet.WithCompression(compress.Codecs.Zstd),
-		parquet.WithCompressionLevel(zstdLevel),
+		parquet.WithCompressionLevel(cmp.Or(o.zstdLevel, zstdLevel)),
 		parquet.WithMaxRowGroupLength(rg),
 		// dictionaries only for strings (below), as SmallPond: on numeric
-		// columns they mostly cost hashing time before the size fallback
+		// columns they mostly cost hashing time before the size fallback,
+		// and so on binary columns (keys, hashes, images, tensors), whose
+		// values rarely repeat
 		parquet.WithDictionaryDefault(false),
 		parquet.WithStats(true),
 		parquet.WithPageIndexEnabled(true),
@@ -165,7 +169,7 @@ func (s *fileSink) openParquet(o sinkOptions) error {
 	}
 	for _, f := range o.schema.Fields() {
 		switch f.Type.ID() {
-		case arrow.STRING, arrow.LARGE_STRING, arrow.BINARY, arrow.LARGE_BINARY, arrow.DICTIONARY:
+		case arrow.STRING, arrow.LARGE_STRING, arrow.DICTIONARY:
 			opts = append(opts, parquet.WithDictionaryFor(f.Name, true))
 		case arrow.INT32, arrow.INT64, arrow.DATE32:
 			if DeltaIntegers {

@@ -30,6 +30,7 @@ Python-function stages read and write local (or mounted) paths.
 
 Needs pyarrow; the Ray executor needs ray (``pip install ffkit[ray]``).
 """
+import base64
 import concurrent.futures
 import glob as _glob
 import hashlib
@@ -143,25 +144,40 @@ class DataFrame:
             raise TypeError(f"ffkit: {op} takes a SQL string or a callable, not {type(fn).__name__}")
         return DataFrame(self._session, _Node("py", [self._node], {"op": op}, fn=fn, nparts=self._node.nparts))
 
-    def repartition(self, npartitions, hash_by=None, by=None, by_rows=False):
+    def repartition(self, npartitions, hash_by=None, by=None, by_rows=False, range_by=None, bounds=None):
         """Partitions into ``npartitions``: by the hash of ``hash_by``
         columns (equal keys in one partition), by the integer column ``by``
         (its value is the partition), by rows (``by_rows=True``: equal row
-        counts), or by files (the default)."""
+        counts), by ranges of the string or binary column ``range_by``
+        split at ``bounds`` (``npartitions - 1`` ascending str or bytes:
+        partition p holds the keys in [bounds[p-1], bounds[p]), compared
+        bytewise, NULL in partition 0), or by files (the default)."""
         n = int(npartitions)
         if n < 1:
             raise ValueError(f"ffkit: repartition({npartitions}): want at least 1 partition")
-        if sum(bool(x) for x in (hash_by, by, by_rows)) > 1:
-            raise ValueError("ffkit: repartition takes one of hash_by, by, by_rows")
+        if sum(bool(x) for x in (hash_by, by, by_rows, range_by)) > 1:
+            raise ValueError("ffkit: repartition takes one of hash_by, by, by_rows, range_by")
+        spec = {"op": "repartition", "partitions": n}
+        if (bounds is not None) != bool(range_by):
+            raise ValueError("ffkit: repartition: range_by and bounds go together")
         if hash_by:
             how = "hash:" + ",".join(_names(hash_by, "hash_by"))
         elif by:
             how = "column:" + _names(by, "by")[0]
         elif by_rows:
             how = "rows"
+        elif range_by:
+            how = "range:" + _names(range_by, "range_by")[0]
+            bs = [b.encode() if isinstance(b, str) else bytes(b) for b in bounds]
+            if len(bs) != n - 1:
+                raise ValueError(f"ffkit: repartition({n}, range_by=...): want {n - 1} bounds, got {len(bs)}")
+            if bs != sorted(bs):
+                raise ValueError("ffkit: repartition: bounds must be ascending")
+            spec["bounds"] = [base64.b64encode(b).decode() for b in bs]
         else:
             how = "files"
-        return self._go({"op": "repartition", "partition_by": how, "partitions": n}, nparts=n, per_partition=False)
+        spec["partition_by"] = how
+        return self._go(spec, nparts=n, per_partition=False)
 
     def filter(self, predicate):
         """Keeps the rows where ``predicate`` holds: a SQL boolean
@@ -393,6 +409,11 @@ class Session:
             return ["@" + n.name] if refs else [self._dir(n)]
 
         job = {k: v for k, v in node.spec.items() if k != "op"}
+        if not node.spec.get("output"):
+            # a stage under data_root is read by the next stage: written
+            # at zstd's fastest level (half the CPU of the default, a
+            # little larger); write_parquet keeps the default
+            job["zstd_level"] = 1
         job["inputs"] = src(node.inputs[0])
         if len(node.inputs) > 1:
             job["join"] = src(node.inputs[1])

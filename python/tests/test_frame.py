@@ -2,9 +2,13 @@
 two-node Ray cluster on this machine, checked against DuckDB."""
 import json
 import os
+import secrets
+import shutil
 import signal
 import subprocess
+import threading
 
+import numpy as np
 import pytest
 
 pa = pytest.importorskip("pyarrow")
@@ -182,7 +186,72 @@ def test_plan_to_json_runs_in_the_cli(data, tmp_path):
 
 
 @pytest.fixture(scope="module")
-def ray_cluster():
+def cluster_token():
+    """The token of the ffkit cluster the Ray tests start, in FFKIT_TOKEN
+    before the Ray nodes start, so their workers' engines have it."""
+    tok = secrets.token_hex(32)
+    old = os.environ.get("FFKIT_TOKEN")
+    os.environ["FFKIT_TOKEN"] = tok
+    restart_engine()  # this process's helper engine reads the cluster too
+    yield tok
+    if old is None:
+        os.environ.pop("FFKIT_TOKEN", None)
+    else:
+        os.environ["FFKIT_TOKEN"] = old
+    restart_engine()
+
+
+def restart_engine():
+    """Stops this process's helper engine (if started), so the next call
+    starts one with the current environment."""
+    e = _engine._current
+    if e is not None and not e.dead:
+        e.shutdown()
+
+
+@pytest.fixture(scope="module")
+def ffkit_cluster(tmp_path_factory, cluster_token):
+    """An ffkit cluster (`ffkit fs up`: mgmtd, metadata and storage
+    processes) on this machine; yields its URL. Its token file holds
+    cluster_token; its HOME is private, so the user's tokens.json is not
+    touched."""
+    d = tmp_path_factory.mktemp("ffkit_cluster")
+    home = d / "home"
+    home.mkdir()
+    cdir = d / "cluster"
+    cdir.mkdir(mode=0o700)
+    tf = cdir / "token"
+    tf.write_text(cluster_token + "\n")
+    tf.chmod(0o600)
+    env = dict(os.environ, HOME=str(home), XDG_CONFIG_HOME=str(home / ".config"))
+    p = subprocess.Popen([_engine.binary_path(), "fs", "up", "--dir", str(cdir), "--storage", "2", "--replicas", "2",
+                          "--targets-per-storage", "1", "--heartbeat", "200ms", "--chunk-size", "1MiB"],
+                         stdout=subprocess.PIPE, stderr=open(d / "up.log", "wb"), env=env)
+    try:
+        url = p.stdout.readline().decode().strip()  # printed once the cluster is ready
+        if not url.startswith("ffkit://"):
+            p.wait()
+            pytest.fail(f"ffkit fs up did not start (exit {p.returncode}): {(d / 'up.log').read_text()[-3000:]}")
+        # keep reading its stdout, so it never blocks on a full pipe
+        threading.Thread(target=p.stdout.read, daemon=True).start()
+        yield url
+    finally:
+        p.terminate()
+        try:
+            p.wait(60)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
+
+
+def fs(*args):
+    p = subprocess.run([_engine.binary_path(), "fs", *args], capture_output=True)
+    assert p.returncode == 0, f"ffkit fs {args}: {p.stderr.decode()}"
+    return p.stdout.decode()
+
+
+@pytest.fixture(scope="module")
+def ray_cluster(cluster_token):
     """A Ray cluster of two nodes (one CPU each) on this machine."""
     ray = pytest.importorskip("ray")
     from ray.cluster_utils import Cluster
@@ -234,3 +303,73 @@ def test_ray_worker_killed_mid_job(data, tmp_path, ray_cluster):
         out = sp.partial_sql("SELECT k, count(*) AS n, sum(v) AS sv FROM {0} GROUP BY k", df)
         assert rows(out.to_arrow(), ["k"]) == rows(duck(AGG, data), ["k"])
     assert os.path.exists(flag)
+
+
+def unstamped(path):
+    """A part file's bytes with its job fingerprint (a hash of the input
+    paths, sizes and times, in the key-value metadata) blanked."""
+    fp = pq.ParquetFile(path).metadata.metadata[b"ffkit.fingerprint"]
+    b = open(path, "rb").read()
+    assert b.count(fp) == 1
+    return b.replace(fp, b"0" * len(fp))
+
+
+def test_ray_on_ffkit_cluster(data, tmp_path, ffkit_cluster, ray_cluster):
+    """The three-stage pipeline and the co-partitioned join on two Ray
+    nodes, reading and writing an ffkit:// cluster: DuckDB's answers, and
+    byte for byte the part files the local executor writes from local
+    input. FFKIT_FRAME_CLUSTER_ROWS=N runs it on N rows instead of 18,000."""
+    url = ffkit_cluster
+    n = int(os.environ.get("FFKIT_FRAME_CLUSTER_ROWS") or 0)
+    if n:
+        small, data = data, str(tmp_path / "big")
+        os.mkdir(data)
+        shutil.copy(os.path.join(small, "_dim.parquet"), data)
+        for f in range(3):
+            ids = np.arange(f * n // 3, (f + 1) * n // 3, dtype=np.int64)
+            t = pa.table({"id": ids, "k": ids % NKEYS, "v": ids * 0.5})
+            pq.write_table(t, os.path.join(data, f"in{f}.parquet"), row_group_size=100_000)
+    fs("put", data, url + "/in")
+    outs = {}
+    with ffkit.session(data_root=url + "/root", executor="ray", workers=2) as sp:
+        df = sp.read_parquet(url + "/in")
+        by_k = df.repartition(4, hash_by="k")
+        agg = sp.partial_sql("SELECT k, count(*) AS n, sum(v) AS sv FROM {0} GROUP BY k", by_k)
+        joined = sp.partial_sql("SELECT a.id, a.k, b.n FROM {0} a JOIN {1} b USING (k)", by_k, agg)
+        outs["agg"] = agg.write_parquet(url + "/out/agg")
+        outs["joined"] = joined.write_parquet(url + "/out/joined")
+        assert rows(agg.to_arrow(), ["k"]) == rows(duck(AGG, data), ["k"])
+        assert rows(joined.to_arrow(), ["id"]) == rows(duck(JOINED, data), ["id"])
+        assert joined.count() == (n or 18000)
+        assert len(sp.task_nodes) == 2, "the tasks ran on one node"
+        assert len(sp.stages_run) == 5
+    got = tmp_path / "got"
+    got.mkdir()
+    fs("get", url + "/out", str(got))
+    with ffkit.session(data_root=str(tmp_path / "local"), workers=2) as sp:
+        agg, joined = pipeline(sp, data)
+        for name, frame in (("agg", agg), ("joined", joined)):
+            local = frame.write_parquet(str(tmp_path / "local-out" / name))
+            parts = sorted(n for n in os.listdir(local) if n.startswith("part-"))
+            remote = sorted(n for n in os.listdir(got / "out" / name) if n.startswith("part-"))
+            assert parts == remote and len(parts) == 4, name
+            for n in parts:
+                a, b = unstamped(os.path.join(local, n)), unstamped(str(got / "out" / name / n))
+                assert a == b, f"{name}/{n} differs between the local executor and Ray on the cluster"
+        assert rows(agg.to_arrow(), ["k"]) == rows(duck(AGG, data), ["k"])
+
+
+def test_range_repartition_then_partial_sort(data, tmp_path):
+    """GraySort's shape: range partitions at sampled bounds, each sorted:
+    the partitions in order are the whole input sorted."""
+    with ffkit.session(data_root=str(tmp_path / "root"), workers=2) as sp:
+        df = sp.partial_sql("SELECT id, s || '-' || id::VARCHAR AS key FROM {0}", sp.read_parquet(data))
+        keys = sorted(f"s{i % 11}-{i}" for i in range(18000))
+        bounds = [keys[len(keys) * q // 4] for q in (1, 2, 3)]
+        srt = df.repartition(4, range_by="key", bounds=bounds).partial_sort("key")
+        got = [r["key"] for f in sp._part_files(srt.compute()) for r in pq.read_table(f).to_pylist()]
+        assert got == keys
+        with pytest.raises(ValueError, match="ascending"):
+            df.repartition(3, range_by="key", bounds=["b", "a"])
+        with pytest.raises(ValueError, match="want 2 bounds"):
+            df.repartition(3, range_by="key", bounds=["a"])
