@@ -24,6 +24,8 @@ import (
 	"runtime"
 	"sort"
 	"sync"
+	"syscall"
+	"time"
 
 	"golang.org/x/sync/errgroup"
 	"golang.org/x/sys/unix"
@@ -334,8 +336,70 @@ func (l *FS) Stat(ctx context.Context, name string) (fs.FileInfo, error) {
 	return info(st), nil
 }
 
+// info describes st with the POSIX attributes the local file system keeps
+// (mode bits, owner, link count, inode, access and change times).
 func info(st os.FileInfo) fs.FileInfo {
-	return fs.FileInfo{Name: st.Name(), Size: st.Size(), IsDir: st.IsDir(), ModTime: st.ModTime()}
+	fi := fs.FileInfo{Name: st.Name(), Size: st.Size(), IsDir: st.IsDir(), ModTime: st.ModTime()}
+	if sys, ok := st.Sys().(*syscall.Stat_t); ok {
+		fi.Perm, fi.Uid, fi.Gid, fi.HasOwner = sys.Mode&0o7777, sys.Uid, sys.Gid, true
+		fi.Nlink, fi.Ino = uint32(sys.Nlink), sys.Ino
+		fi.ATime = time.Unix(sys.Atim.Sec, sys.Atim.Nsec)
+		fi.CTime = time.Unix(sys.Ctim.Sec, sys.Ctim.Nsec)
+	}
+	return fi
+}
+
+var _ fs.AttrSetter = (*FS)(nil)
+
+// SetAttr changes name's permission bits, owner and times (chmod, chown,
+// utimensat; the owner of a symbolic link itself, not of its target).
+func (l *FS) SetAttr(ctx context.Context, name string, c fs.AttrChange) (fs.FileInfo, error) {
+	if c.Uid != nil || c.Gid != nil {
+		uid, gid := -1, -1
+		if c.Uid != nil {
+			uid = int(*c.Uid)
+		}
+		if c.Gid != nil {
+			gid = int(*c.Gid)
+		}
+		if err := os.Lchown(name, uid, gid); err != nil {
+			return fs.FileInfo{}, err
+		}
+	}
+	if c.Perm != nil {
+		if err := os.Chmod(name, os.FileMode(*c.Perm&0o777)|unixModeBits(*c.Perm)); err != nil {
+			return fs.FileInfo{}, err
+		}
+	}
+	if c.ATime != nil || c.MTime != nil {
+		ts := []unix.Timespec{{Nsec: unix.UTIME_OMIT}, {Nsec: unix.UTIME_OMIT}}
+		if c.ATime != nil {
+			ts[0] = unix.NsecToTimespec(c.ATime.UnixNano())
+		}
+		if c.MTime != nil {
+			ts[1] = unix.NsecToTimespec(c.MTime.UnixNano())
+		}
+		if err := unix.UtimesNanoAt(unix.AT_FDCWD, name, ts, 0); err != nil {
+			return fs.FileInfo{}, &os.PathError{Op: "utimensat", Path: name, Err: err}
+		}
+	}
+	return l.Stat(ctx, name)
+}
+
+// unixModeBits maps the setuid, setgid and sticky bits of perm to
+// os.FileMode's.
+func unixModeBits(perm uint32) os.FileMode {
+	var m os.FileMode
+	if perm&0o4000 != 0 {
+		m |= os.ModeSetuid
+	}
+	if perm&0o2000 != 0 {
+		m |= os.ModeSetgid
+	}
+	if perm&0o1000 != 0 {
+		m |= os.ModeSticky
+	}
+	return m
 }
 
 // List lists dir sorted by name.
