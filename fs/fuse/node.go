@@ -363,6 +363,9 @@ func (n *node) newChildOf(ctx context.Context, name string, st fs.FileInfo) *gof
 }
 
 func (n *node) Lookup(_ context.Context, name string, out *gofuse.EntryOut) (*gofs.Inode, syscall.Errno) {
+	if len(name) > fs.MaxNameLen {
+		return nil, syscall.ENAMETOOLONG // not "no such file" from a cached listing
+	}
 	p, errno := n.childPath(name)
 	if errno != 0 {
 		return nil, errno

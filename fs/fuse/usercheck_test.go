@@ -38,8 +38,7 @@ func TestUserChecksCluster(t *testing.T) {
 	}
 	run := func(t *testing.T, dir, name string, args ...string) string {
 		t.Helper()
-		cmd := exec.Command(name, args...)
-		cmd.Dir = dir
+		cmd := commandIn(dir, name, args...)
 		cmd.Env = append(os.Environ(), "GIT_CONFIG_NOSYSTEM=1", "HOME="+t.TempDir(), "LC_ALL=C")
 		out, err := cmd.CombinedOutput()
 		if err != nil {
@@ -208,8 +207,7 @@ func TestUserChecksCluster(t *testing.T) {
 			t.Fatal(err)
 		}
 		for _, sh := range []string{"echo x >> secret", "echo x > secret", "cat secret", "rm -f secret", "mv secret s2"} {
-			cmd := exec.Command("setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "sh", "-c", sh)
-			cmd.Dir = mnt
+			cmd := commandIn(mnt, "setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "sh", "-c", sh)
 			if out, err := cmd.CombinedOutput(); err == nil || !strings.Contains(string(out), "denied") {
 				t.Errorf("uid 65534: %q: %v %s (want permission denied)", sh, err, out)
 			}

@@ -35,7 +35,7 @@ type SchemaRow struct {
 
 // Schema is the whole key schema, in the order docs/meta-schema.md lists it.
 var Schema = []SchemaRow{
-	{"INOD + inode (8 bytes BE)", "Inode JSON: id, type (1 file, 2 directory, 3 symlink, 4 FIFO, 5 socket, 6 character device, 7 block device), parent and name (the name its dentry copies follow; empty once that hard link is removed), size, mtime, atime, ctime (ns), truncate version, layout (chunk size, chains; files only), nlink, holes flag, perm, uid, gid, rdev, symlink target, xattrs"},
+	{"INOD + inode (8 bytes BE)", "Inode JSON: id, type (1 file, 2 directory, 3 symlink, 4 FIFO, 5 socket, 6 character device, 7 block device), parent and name (the name its dentry copies follow; empty once that hard link is removed), size, mtime, atime, ctime (ns), truncate version, layout (chunk size, chains; files only), nlink (a file: its names; a directory: 2 + its subdirectories, changed by mkdir, rmdir and rename in their transaction), holes flag, perm, uid, gid, rdev, symlink target, xattrs"},
 	{"DENT + parent inode (8 bytes BE) + name", "Dentry, 26 bytes: version 1 (1), flags (1: bit 0 directory, bit 1 owned: the inode stores permission bits and owner, which a listing reads from it, bits 4-7 the inode type, 0 in older entries), inode (8 BE), size (8 BE), mtime ns (8 BE); size and mtime are copies so that a listing is one range read"},
 	{"INOS + inode (8 bytes BE) + session id", "Session JSON: client, expiry; a write session of the inode (an unlinked inode with sessions is not collected)"},
 	{"IDEM + request id", "Idem JSON: the stored result of a create, mkdir, rename, remove or commit, and when it was stored; a retried request returns it instead of acting twice"},
