@@ -17,6 +17,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/ffkit/ffkit/fs/fuse"
 	"github.com/ffkit/ffkit/fs/localfs"
@@ -73,10 +74,11 @@ func TestPjdfstest(t *testing.T) {
 	got := runPjdfstest(t, bin, mnt, files)
 	checkPjdfstest(t, "cluster mount", "testdata/pjdfstest-expected.txt", files, got, base)
 
-	// A mount of a local directory, as `ffkit fs mount DIR` serves it.
+	// A mount of a local directory, as `ffkit fs mount DIR` serves it
+	// (with its metadata cache of 1 s).
 	src := t.TempDir()
 	os.Chmod(src, 0o755)
-	lmnt, _ := mount(t, localfs.NewPOSIX(), src, fuse.Options{AllowOther: true})
+	lmnt, _ := mount(t, localfs.NewPOSIX(), src, fuse.Options{AllowOther: true, AttrTimeout: time.Second})
 	if err := os.Chmod(lmnt, 0o755); err != nil {
 		t.Fatal(err)
 	}
