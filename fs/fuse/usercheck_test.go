@@ -14,7 +14,17 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/ffkit/ffkit/fs/fuse"
+	"github.com/ffkit/ffkit/fs/fuse/fusetest"
+	"github.com/ffkit/ffkit/fs/localfs"
 )
+
+// The POSIX suite on a mount of a local directory as `ffkit fs mount DIR`
+// serves it (localfs.POSIX: links, special files and attributes pass through).
+func TestPOSIXLocalDirMount(t *testing.T) {
+	src := t.TempDir()
+	mnt, _ := mount(t, localfs.NewPOSIX(), src, fuse.Options{})
+	fusetest.RunPOSIX(t, mnt, localfs.NewPOSIX(), src)
+}
 
 // TestUserChecksCluster does on a cluster mount what a new user tries
 // first (issue 19): fallocate, flock and POSIX locks (the flock CLI and

@@ -25,7 +25,6 @@ import (
 	"sort"
 	"sync"
 	"syscall"
-	"time"
 
 	"golang.org/x/sync/errgroup"
 	"golang.org/x/sys/unix"
@@ -54,6 +53,9 @@ type FS struct {
 	// Mmap serves cached pages by copies from a mapping of the file
 	// (mmap.go; also set for every FS by FFKIT_MMAP=1). Default off.
 	Mmap bool
+	// noAtime opens files for reading with O_NOATIME where allowed (POSIX:
+	// the mount's own reads, read-ahead among them, leave atime alone).
+	noAtime bool
 }
 
 var noURingEnv = os.Getenv("FFKIT_NO_IOURING") == "1"
@@ -113,7 +115,19 @@ func (l *FS) Open(ctx context.Context, name string, opts fs.OpenOptions) (fs.Fil
 	if opts.Direct {
 		flags |= unix.O_DIRECT
 	}
+	if l.noAtime {
+		f, err := os.OpenFile(name, flags|unix.O_NOATIME, 0)
+		if err == nil || !errors.Is(err, unix.EPERM) {
+			return l.opened(name, f, err, opts)
+		}
+		// Only the owner (or root) may: open as usual.
+	}
 	f, err := os.OpenFile(name, flags, 0)
+	return l.opened(name, f, err, opts)
+}
+
+// opened finishes Open of name (f, err: the first try).
+func (l *FS) opened(name string, f *os.File, err error, opts fs.OpenOptions) (fs.File, error) {
 	if err != nil && opts.Direct && errors.Is(err, unix.EINVAL) {
 		// The file system does not support O_DIRECT (tmpfs): read through the cache.
 		f, err = os.OpenFile(name, os.O_RDONLY, 0)
@@ -336,15 +350,14 @@ func (l *FS) Stat(ctx context.Context, name string) (fs.FileInfo, error) {
 	return info(st), nil
 }
 
-// info describes st with the POSIX attributes the local file system keeps
-// (mode bits, owner, link count, inode, access and change times).
+// info describes st with the mode bits, owner, link count and inode
+// number the local file system keeps. (Access and change times are
+// POSIX's: the mount's own reads, read-ahead among them, move atime.)
 func info(st os.FileInfo) fs.FileInfo {
 	fi := fs.FileInfo{Name: st.Name(), Size: st.Size(), IsDir: st.IsDir(), ModTime: st.ModTime()}
 	if sys, ok := st.Sys().(*syscall.Stat_t); ok {
 		fi.Perm, fi.Uid, fi.Gid, fi.HasOwner = sys.Mode&0o7777, sys.Uid, sys.Gid, true
 		fi.Nlink, fi.Ino = uint32(sys.Nlink), sys.Ino
-		fi.ATime = time.Unix(sys.Atim.Sec, sys.Atim.Nsec)
-		fi.CTime = time.Unix(sys.Ctim.Sec, sys.Ctim.Nsec)
 	}
 	return fi
 }

@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"syscall"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -23,8 +24,16 @@ import (
 // FS (plain paths everywhere else) keeps following symbolic links.
 type POSIX struct{ *FS }
 
-// NewPOSIX returns the local file system with POSIX node semantics.
-func NewPOSIX() *POSIX { return &POSIX{New()} }
+// NewPOSIX returns the local file system with POSIX node semantics. Files
+// are opened for reading with O_NOATIME where the process may (it owns
+// them, or is root), so that the mount's reads, read-ahead and whole-file
+// prefetch among them, leave access times as they were (a noatime mount,
+// as JuiceFS's default).
+func NewPOSIX() *POSIX {
+	l := New()
+	l.noAtime = true
+	return &POSIX{l}
+}
 
 var (
 	_ fs.NodeMaker      = (*POSIX)(nil)
@@ -49,8 +58,12 @@ func posixInfo(st os.FileInfo) fs.FileInfo {
 	case m&os.ModeDevice != 0:
 		fi.Kind = fs.KindBlock
 	}
-	if sys, ok := st.Sys().(*syscall.Stat_t); ok && fi.Kind >= fs.KindChar {
-		fi.Rdev = uint32(sys.Rdev)
+	if sys, ok := st.Sys().(*syscall.Stat_t); ok {
+		fi.ATime = time.Unix(sys.Atim.Sec, sys.Atim.Nsec)
+		fi.CTime = time.Unix(sys.Ctim.Sec, sys.Ctim.Nsec)
+		if fi.Kind >= fs.KindChar {
+			fi.Rdev = uint32(sys.Rdev)
+		}
 	}
 	return fi
 }
