@@ -367,6 +367,15 @@ var _ fs.AttrSetter = (*FS)(nil)
 // SetAttr changes name's permission bits, owner and times (chmod, chown,
 // utimensat; the owner of a symbolic link itself, not of its target).
 func (l *FS) SetAttr(ctx context.Context, name string, c fs.AttrChange) (fs.FileInfo, error) {
+	if err := setAttr(name, c, false); err != nil {
+		return fs.FileInfo{}, err
+	}
+	return l.Stat(ctx, name)
+}
+
+// setAttr applies c to name; with noFollow, to a symbolic link itself
+// (its permission bits cannot change: Linux has no lchmod).
+func setAttr(name string, c fs.AttrChange, noFollow bool) error {
 	if c.Uid != nil || c.Gid != nil {
 		uid, gid := -1, -1
 		if c.Uid != nil {
@@ -376,12 +385,22 @@ func (l *FS) SetAttr(ctx context.Context, name string, c fs.AttrChange) (fs.File
 			gid = int(*c.Gid)
 		}
 		if err := os.Lchown(name, uid, gid); err != nil {
-			return fs.FileInfo{}, err
+			return err
 		}
 	}
 	if c.Perm != nil {
-		if err := os.Chmod(name, os.FileMode(*c.Perm&0o777)|unixModeBits(*c.Perm)); err != nil {
-			return fs.FileInfo{}, err
+		link := false
+		if noFollow {
+			st, err := os.Lstat(name)
+			if err != nil {
+				return err
+			}
+			link = st.Mode()&os.ModeSymlink != 0
+		}
+		if !link {
+			if err := os.Chmod(name, os.FileMode(*c.Perm&0o777)|unixModeBits(*c.Perm)); err != nil {
+				return err
+			}
 		}
 	}
 	if c.ATime != nil || c.MTime != nil {
@@ -392,11 +411,15 @@ func (l *FS) SetAttr(ctx context.Context, name string, c fs.AttrChange) (fs.File
 		if c.MTime != nil {
 			ts[1] = unix.NsecToTimespec(c.MTime.UnixNano())
 		}
-		if err := unix.UtimesNanoAt(unix.AT_FDCWD, name, ts, 0); err != nil {
-			return fs.FileInfo{}, &os.PathError{Op: "utimensat", Path: name, Err: err}
+		flags := 0
+		if noFollow {
+			flags = unix.AT_SYMLINK_NOFOLLOW
+		}
+		if err := unix.UtimesNanoAt(unix.AT_FDCWD, name, ts, flags); err != nil {
+			return &os.PathError{Op: "utimensat", Path: name, Err: err}
 		}
 	}
-	return l.Stat(ctx, name)
+	return nil
 }
 
 // unixModeBits maps the setuid, setgid and sticky bits of perm to

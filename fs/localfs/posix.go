@@ -97,6 +97,15 @@ func (p *POSIX) List(ctx context.Context, dir string) ([]fs.FileInfo, error) {
 	return out, nil
 }
 
+// SetAttr changes name's permission bits, owner and times, of a symbolic
+// link itself (not its target; a link's permission bits stay).
+func (p *POSIX) SetAttr(ctx context.Context, name string, c fs.AttrChange) (fs.FileInfo, error) {
+	if err := setAttr(name, c, true); err != nil {
+		return fs.FileInfo{}, err
+	}
+	return p.Stat(ctx, name)
+}
+
 // own gives the new node name the mode and owner in ctx, if any.
 func own(ctx context.Context, name string, isLink bool) error {
 	o, ok := fs.OwnerFrom(ctx)

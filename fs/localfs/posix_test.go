@@ -61,6 +61,14 @@ func TestPOSIXPassThrough(t *testing.T) {
 	if st, err := p.SetAttr(ctx, g, fs.AttrChange{Perm: &perm, MTime: &mt}); err != nil || st.Perm != 0o600 || !st.ModTime.Equal(mt) {
 		t.Fatalf("setattr: %v %+v", err, st)
 	}
+	dangling := filepath.Join(d, "dangling")
+	if err := p.Symlink(ctx, "nowhere", dangling); err != nil {
+		t.Fatal(err)
+	}
+	uid := uint32(os.Geteuid())
+	if st, err := p.SetAttr(ctx, dangling, fs.AttrChange{Uid: &uid, MTime: &mt}); err != nil || st.Kind != fs.KindSymlink || !st.ModTime.Equal(mt) {
+		t.Fatalf("setattr of a dangling symlink: %v %+v", err, st)
+	}
 	if err := p.SetXattr(ctx, g, "user.k", []byte("v"), 0); err != nil {
 		t.Skipf("no user xattrs on %s: %v", d, err)
 	}
