@@ -188,6 +188,12 @@ func TestClusterEndToEnd(t *testing.T) {
 	}
 	os.WriteFile(filepath.Join(src, "tree", "big.bin"), big, 0o644)
 	os.WriteFile(filepath.Join(src, "tree", "sub", "small.txt"), []byte("hello\n"), 0o644)
+	// put and get keep modes and modification times, of directories too.
+	t1, t2 := time.Unix(1_000_000_000, 123456789), time.Unix(1_100_000_000, 5)
+	os.Chmod(filepath.Join(src, "tree", "big.bin"), 0o750)
+	os.Chtimes(filepath.Join(src, "tree", "big.bin"), t1, t1)
+	os.Chmod(filepath.Join(src, "tree", "sub"), 0o700)
+	os.Chtimes(filepath.Join(src, "tree", "sub"), t2, t2)
 	u.must(t, "fs", "mkdir", U+"/up")
 	df0 := dfCheck(t, u, U)
 	u.must(t, "fs", "put", filepath.Join(src, "tree"), U+"/up")
@@ -223,6 +229,12 @@ func TestClusterEndToEnd(t *testing.T) {
 	if len(rows) != 2 || rows[0].Name != "big.bin" || rows[0].Size != int64(len(big)) || !rows[1].IsDir {
 		t.Fatalf("ls: %+v", rows)
 	}
+	if rows[0].Mode != "-rwxr-x---" || !rows[0].ModTime.Equal(t1) || rows[1].Mode != "drwx------" || !rows[1].ModTime.Equal(t2) {
+		t.Fatalf("ls: modes and times not kept by put: %+v", rows)
+	}
+	if out := u.must(t, "fs", "ls", U+"/up/tree"); !strings.Contains(out, "-rwxr-x--- ") || !strings.Contains(out, "2001-09-09 01:46:40") {
+		t.Fatalf("ls:\n%s", out)
+	}
 	if _, code := u.run(t, "fs", "stat", U+"/up/missing"); code != 1 {
 		t.Fatalf("stat of a missing path exited %d, want 1", code)
 	}
@@ -233,6 +245,14 @@ func TestClusterEndToEnd(t *testing.T) {
 	}
 	if got, _ := os.ReadFile(filepath.Join(dst, "tree", "sub", "small.txt")); string(got) != "hello\n" {
 		t.Fatalf("get: small.txt = %q", got)
+	}
+	for p, want := range map[string]struct {
+		mode os.FileMode
+		t    time.Time
+	}{"big.bin": {0o750, t1}, "sub": {os.ModeDir | 0o700, t2}} {
+		if fi, err := os.Stat(filepath.Join(dst, "tree", p)); err != nil || fi.Mode() != want.mode || !fi.ModTime().Equal(want.t) {
+			t.Fatalf("get: %s: %v %v %v, want %v %v", p, err, fi.Mode(), fi.ModTime(), want.mode, want.t)
+		}
 	}
 	u.must(t, "fs", "mv", U+"/up/tree/big.bin", U+"/up/moved.bin")
 	if _, code := u.run(t, "fs", "rm", U+"/up/tree"); code == 0 {

@@ -4,11 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	iofs "io/fs"
 	"math"
 	"os"
+	"os/user"
 	"path"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -77,7 +80,13 @@ func statPath(ctx context.Context, tokenFile, arg string) (fs.FS, string, fs.Fil
 // fileRow is one line of ls and stat.
 type fileRow struct {
 	Path string `json:"path"`
+	// Mode is ls -l's mode string ("drwxr-xr-x").
+	Mode string `json:"mode"`
 	fs.FileInfo
+}
+
+func newFileRow(p string, fi fs.FileInfo) fileRow {
+	return fileRow{Path: p, Mode: modeString(fi), FileInfo: fi}
 }
 
 func printRows(rows []fileRow) error {
@@ -87,14 +96,75 @@ func printRows(rows []fileRow) error {
 		}
 		return printJSON(rows)
 	}
+	names := map[[2]uint32]string{}
 	for _, r := range rows {
-		kind := "-"
-		if r.IsDir {
-			kind = "d"
+		owner, group := "-", "-"
+		if r.HasOwner {
+			owner, group = ownerNames(names, r.Uid, r.Gid)
 		}
-		fmt.Fprintf(human(), "%s %12d %s %s\n", kind, r.Size, r.ModTime.UTC().Format("2006-01-02 15:04:05"), r.Path)
+		fmt.Fprintf(human(), "%s %-8s %-8s %12d %s %s\n", modeString(r.FileInfo), owner, group, r.Size, r.ModTime.UTC().Format("2006-01-02 15:04:05"), r.Path)
 	}
 	return nil
+}
+
+// ownerNames names uid and gid as this machine's user and group database
+// does (the number when it has no name), caching the answers in names.
+func ownerNames(names map[[2]uint32]string, uid, gid uint32) (string, string) {
+	u, ok := names[[2]uint32{0, uid}]
+	if !ok {
+		u = strconv.FormatUint(uint64(uid), 10)
+		if x, err := user.LookupId(u); err == nil {
+			u = x.Username
+		}
+		names[[2]uint32{0, uid}] = u
+	}
+	g, ok := names[[2]uint32{1, gid}]
+	if !ok {
+		g = strconv.FormatUint(uint64(gid), 10)
+		if x, err := user.LookupGroupId(g); err == nil {
+			g = x.Name
+		}
+		names[[2]uint32{1, gid}] = g
+	}
+	return u, g
+}
+
+// modeString is ls -l's mode of fi: the kind (d directory, l symlink, p
+// FIFO, s socket, c and b devices, - file), then the permission bits with
+// setuid, setgid and sticky as s/S and t/T. Without stored permission
+// bits (HasOwner false) it shows the defaults a mount reports (0755
+// directories, 0644 others).
+func modeString(fi fs.FileInfo) string {
+	kind := map[fs.Kind]byte{fs.KindSymlink: 'l', fs.KindFIFO: 'p', fs.KindSocket: 's', fs.KindChar: 'c', fs.KindBlock: 'b'}[fi.Kind]
+	perm := uint32(0o644)
+	switch {
+	case kind != 0:
+	case fi.IsDir:
+		kind, perm = 'd', 0o755
+	default:
+		kind = '-'
+	}
+	if fi.HasOwner {
+		perm = fi.Perm
+	}
+	b := []byte{kind}
+	for _, who := range []uint32{6, 3, 0} {
+		bits := perm >> who & 7
+		for j, c := range "rwx" {
+			if bits&(4>>j) == 0 {
+				c = '-'
+			}
+			b = append(b, byte(c))
+		}
+	}
+	for i, bit := range []uint32{0o4000, 0o2000, 0o1000} { // setuid, setgid, sticky
+		if perm&bit == 0 {
+			continue
+		}
+		at := 3 + 3*i
+		b[at] = map[bool]byte{true: "sst"[i], false: "SST"[i]}[b[at] == 'x']
+	}
+	return string(b)
 }
 
 func notFound(p string, err error) error {
@@ -108,9 +178,13 @@ func newFSLsCmd() *cobra.Command {
 	c := &cobra.Command{
 		Use:   "ls PATH",
 		Short: "List a directory (or describe a file) on ffkit:// or local paths",
-		Long: `List a directory: one line per entry (d for directories, size in bytes,
-modification time UTC, path). With --json: [{"path","name","size","is_dir","mod_time"}].
-Exit 1 if PATH does not exist.`,
+		Long: `List a directory: one line per entry, as ls -l: the mode (kind d, l, p, s,
+c, b or -, then the permission bits), owner, group, size in bytes,
+modification time UTC, path. Owner and group are "-" for entries that store
+none (a mount shows them with its own user and the default modes shown).
+With --json: [{"path","mode","name","size","is_dir","mod_time","perm","uid",
+"gid","has_owner","kind","nlink","ino","atime","ctime"}] (absent fields are
+zero). Exit 1 if PATH does not exist.`,
 		Args: cobra.ExactArgs(1),
 	}
 	tf := tokenFlag(c)
@@ -121,7 +195,7 @@ Exit 1 if PATH does not exist.`,
 			return err
 		}
 		if !st.IsDir {
-			return printRows([]fileRow{{Path: args[0], FileInfo: st}})
+			return printRows([]fileRow{newFileRow(args[0], st)})
 		}
 		infos, err := f.List(ctx, p)
 		if err != nil {
@@ -129,7 +203,7 @@ Exit 1 if PATH does not exist.`,
 		}
 		rows := make([]fileRow, len(infos))
 		for i, fi := range infos {
-			rows[i] = fileRow{Path: fs.Join(args[0], fi.Name), FileInfo: fi}
+			rows[i] = newFileRow(fs.Join(args[0], fi.Name), fi)
 		}
 		return printRows(rows)
 	}
@@ -149,9 +223,9 @@ func newFSStatCmd() *cobra.Command {
 			return err
 		}
 		if jsonOut {
-			return printJSON(fileRow{Path: args[0], FileInfo: st})
+			return printJSON(newFileRow(args[0], st))
 		}
-		return printRows([]fileRow{{Path: args[0], FileInfo: st}})
+		return printRows([]fileRow{newFileRow(args[0], st)})
 	}
 	return c
 }
@@ -288,31 +362,35 @@ func copyTree(ctx context.Context, sf fs.FS, sp string, df fs.FS, dp string, par
 	stats := &copyStats{}
 	start := time.Now()
 	var total int64
-	type job struct{ s, d string }
-	var jobs []job
-	var walk func(s, d string, isDir bool, size int64) error
-	walk = func(s, d string, isDir bool, size int64) error {
-		if !isDir {
-			jobs = append(jobs, job{s, d})
-			total += size
+	type job struct {
+		s, d string
+		fi   fs.FileInfo // the source's
+	}
+	var jobs, dirs []job
+	var walk func(s, d string, fi fs.FileInfo) error
+	walk = func(s, d string, fi fs.FileInfo) error {
+		if !fi.IsDir {
+			jobs = append(jobs, job{s, d, fi})
+			total += fi.Size
 			return nil
 		}
 		if err := df.MkdirAll(ctx, d); err != nil {
 			return err
 		}
 		stats.Dirs++
+		dirs = append(dirs, job{s, d, fi})
 		kids, err := sf.List(ctx, s)
 		if err != nil {
 			return err
 		}
 		for _, k := range kids {
-			if err := walk(fs.Join(s, k.Name), fs.Join(d, k.Name), k.IsDir, k.Size); err != nil {
+			if err := walk(fs.Join(s, k.Name), fs.Join(d, k.Name), k); err != nil {
 				return err
 			}
 		}
 		return nil
 	}
-	if err := walk(sp, dp, st.IsDir, st.Size); err != nil {
+	if err := walk(sp, dp, st); err != nil {
 		return nil, err
 	}
 	bar := newProgress(total, "copy")
@@ -325,6 +403,9 @@ func copyTree(ctx context.Context, sf fs.FS, sp string, df fs.FS, dp string, par
 			if err != nil {
 				return err
 			}
+			if err := keepAttrs(gctx, df, j.d, j.fi); err != nil {
+				return err
+			}
 			stats.mu.Lock()
 			stats.Files++
 			stats.Bytes += n
@@ -333,8 +414,36 @@ func copyTree(ctx context.Context, sf fs.FS, sp string, df fs.FS, dp string, par
 		})
 	}
 	err = g.Wait()
+	// Directories last (their files changed their times), deepest first.
+	for i := len(dirs) - 1; i >= 0 && err == nil; i-- {
+		err = keepAttrs(ctx, df, dirs[i].d, dirs[i].fi)
+	}
 	stats.Seconds = time.Since(start).Seconds()
 	return stats, err
+}
+
+// keepAttrs gives the copy dp the modification time, permission bits and
+// owner of its source (fi), as cp -a does, where df stores them: an owner
+// that the caller may not give (not root, on local disk) is left out.
+func keepAttrs(ctx context.Context, df fs.FS, dp string, fi fs.FileInfo) error {
+	as, ok := df.(fs.AttrSetter)
+	if !ok {
+		return nil
+	}
+	c := fs.AttrChange{MTime: &fi.ModTime}
+	if fi.HasOwner {
+		c.Perm = &fi.Perm
+		c.Uid, c.Gid = &fi.Uid, &fi.Gid
+	}
+	_, err := as.SetAttr(ctx, dp, c)
+	if errors.Is(err, iofs.ErrPermission) && c.Uid != nil {
+		c.Uid, c.Gid = nil, nil
+		_, err = as.SetAttr(ctx, dp, c)
+	}
+	if err != nil {
+		return fmt.Errorf("keep the mode and times of %s: %w", dp, err)
+	}
+	return nil
 }
 
 // missingParentError: the destination of a copy does not exist and
@@ -438,7 +547,9 @@ func newFSPutCmd() *cobra.Command {
 (ffkit://HOST:PORT/path), as cp -r does: if REMOTE is an existing
 directory, LOCAL goes inside it under its own name; otherwise REMOTE becomes
 the copy, and its parent directory must exist (create it with 'ffkit fs
-mkdir'). Each file is published atomically when it is complete. With --json: {"files","dirs","bytes","seconds"}.`)
+mkdir'). Each file is published atomically when it is complete; files and
+directories keep their modification time, permission bits and owner (as
+cp -a). With --json: {"files","dirs","bytes","seconds"}.`)
 }
 
 func newFSGetCmd() *cobra.Command {
@@ -447,7 +558,8 @@ func newFSGetCmd() *cobra.Command {
 in it) to LOCAL, as cp -r does: if LOCAL is an existing directory, REMOTE
 goes inside it under its own name; otherwise LOCAL becomes the copy, and
 its parent directory must exist. Each file is written under a temporary name and renamed
-when complete. With --json: {"files","dirs","bytes","seconds"}.`)
+when complete. Files and directories keep their modification time and
+permission bits, and their owner when run as root (as cp -a). With --json: {"files","dirs","bytes","seconds"}.`)
 }
 
 // dfTarget is one row of df: a storage target's space as its storage

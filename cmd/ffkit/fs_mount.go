@@ -14,6 +14,7 @@ import (
 	"github.com/ffkit/ffkit/fs"
 	_ "github.com/ffkit/ffkit/fs/clusterfs" // ffkit:// sources
 	"github.com/ffkit/ffkit/fs/fuse"
+	"github.com/ffkit/ffkit/fs/localfs"
 )
 
 func init() {
@@ -114,6 +115,10 @@ hanging its callers.`,
 			backend, root, err := fs.Resolve(ctx, src)
 			if err != nil {
 				return err
+			}
+			if _, ok := backend.(*localfs.FS); ok {
+				// Symlinks, special files, links and xattrs pass through.
+				backend = localfs.NewPOSIX()
 			}
 			if o.FsName == "" {
 				o.FsName = args[0]

@@ -229,6 +229,7 @@ func (c *metaCache) created(p string, st *fs.FileInfo) {
 		c.entries[p] = cachedEntry{st: *st, exists: true, until: time.Now().Add(c.ttl)}
 	}
 	dir, name := path.Split(p)
+	c.parentChangedLocked(cleanDir(dir))
 	if d := c.dirs[cleanDir(dir)]; d != nil && d.names != nil {
 		var fi *fs.FileInfo
 		if st != nil {
@@ -265,6 +266,7 @@ func (c *metaCache) removed(p string, dir bool) {
 	defer c.mu.Unlock()
 	c.entries[p] = cachedEntry{exists: false, until: time.Now().Add(c.ttl)}
 	parent, name := path.Split(p)
+	c.parentChangedLocked(cleanDir(parent))
 	if d := c.dirs[cleanDir(parent)]; d != nil && d.names != nil {
 		delete(d.names, name)
 	}
@@ -281,6 +283,22 @@ func (c *metaCache) removed(p string, dir bool) {
 	for k := range c.dirs {
 		if k == p || strings.HasPrefix(k, prefix) {
 			delete(c.dirs, k)
+		}
+	}
+}
+
+// parentChangedLocked drops the description of directory dir, whose
+// entries changed here (its times and, for subdirectories, its link
+// count moved with them).
+func (c *metaCache) parentChangedLocked(dir string) {
+	delete(c.entries, dir)
+	if dir == "/" || dir == "" {
+		return
+	}
+	gp, name := path.Split(dir)
+	if d := c.dirs[cleanDir(gp)]; d != nil && d.names != nil {
+		if _, ok := d.names[name]; ok {
+			d.names[name] = nil // unknown: asked of the storage
 		}
 	}
 }

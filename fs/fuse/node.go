@@ -369,6 +369,9 @@ func (n *node) newChildOf(ctx context.Context, name string, st fs.FileInfo) *gof
 }
 
 func (n *node) Lookup(_ context.Context, name string, out *gofuse.EntryOut) (*gofs.Inode, syscall.Errno) {
+	if len(name) > fs.MaxNameLen {
+		return nil, syscall.ENAMETOOLONG // not "no such file" from a cached listing
+	}
 	p, errno := n.childPath(name)
 	if errno != 0 {
 		return nil, errno
@@ -470,12 +473,23 @@ func (n *node) Setattr(fctx context.Context, fh gofs.FileHandle, in *gofuse.SetA
 				return syscall.EPERM
 			}
 		}
+		if c.MTime != nil {
+			// Writes gathered or in flight would set the time again when
+			// they land (cp -a sets times before it closes): store them first.
+			if err := n.storeWrites(); err != nil {
+				return n.srv.errno(err)
+			}
+		}
 		fi, err := as.SetAttr(ctx, p, c)
 		if err != nil {
 			return n.srv.errno(err)
 		}
 		n.mu.Lock()
 		n.last, n.lastOK = fi, true // for a file being written (see stat)
+		if c.MTime != nil {
+			// The time set is the file's until the next write.
+			n.mtime, n.keptStorage, n.keptMount = time.Time{}, time.Time{}, time.Time{}
+		}
 		n.mu.Unlock()
 	}
 	n.invalidate()
@@ -485,6 +499,25 @@ func (n *node) Setattr(fctx context.Context, fh gofs.FileHandle, in *gofuse.SetA
 	}
 	n.srv.fillAttr(st, &out.Attr)
 	return 0
+}
+
+// storeWrites makes the writes of the node's open write file, if any,
+// reach the storage with their length (as a close(2) does).
+func (n *node) storeWrites() error {
+	n.mu.Lock()
+	wf, wb := n.wf, n.wb
+	n.mu.Unlock()
+	if wf == nil {
+		return nil
+	}
+	return n.srv.bounded(func() error {
+		if wb != nil {
+			if err := wb.flush(); err != nil {
+				return err
+			}
+		}
+		return wf.Flush()
+	})
 }
 
 func (n *node) truncate(ctx context.Context, size int64) syscall.Errno {

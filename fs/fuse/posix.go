@@ -335,3 +335,42 @@ func (s *Server) newFileInfo(ctx context.Context, name string) fs.FileInfo {
 	}
 	return st
 }
+
+var _ gofs.NodeAllocater = (*node)(nil)
+
+// Allocate is fallocate(2) modes 0 and FALLOC_FL_KEEP_SIZE. Mode 0 extends
+// the file to off+size when it is shorter (the new bytes read as zeros,
+// as a truncate that grows); the storage reserves no space ahead, so a
+// later write can still fail with ENOSPC. KEEP_SIZE has nothing to do.
+// Other modes (punching holes, zeroing, collapsing ranges) answer
+// EOPNOTSUPP, as on file systems that lack them.
+func (n *node) Allocate(_ context.Context, fh gofs.FileHandle, off, size uint64, mode uint32) syscall.Errno {
+	const keepSize = 1 // FALLOC_FL_KEEP_SIZE
+	if mode&^keepSize != 0 {
+		return syscall.EOPNOTSUPP
+	}
+	if n.srv.opts.ReadOnly {
+		return syscall.EROFS
+	}
+	end := off + size
+	if end < off || end > 1<<62 {
+		return syscall.EFBIG
+	}
+	ctx, cancel := n.srv.opContext()
+	defer cancel()
+	st, errno := n.stat(ctx, fh)
+	if errno != 0 {
+		return errno
+	}
+	if st.IsDir || st.Kind != 0 {
+		return syscall.ENODEV // as Linux answers for anything but a regular file
+	}
+	if mode&keepSize != 0 || int64(end) <= st.Size {
+		return 0
+	}
+	if errno := n.truncate(ctx, int64(end)); errno != 0 {
+		return errno
+	}
+	n.invalidate()
+	return 0
+}

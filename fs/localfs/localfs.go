@@ -24,6 +24,7 @@ import (
 	"runtime"
 	"sort"
 	"sync"
+	"syscall"
 
 	"golang.org/x/sync/errgroup"
 	"golang.org/x/sys/unix"
@@ -52,6 +53,9 @@ type FS struct {
 	// Mmap serves cached pages by copies from a mapping of the file
 	// (mmap.go; also set for every FS by FFKIT_MMAP=1). Default off.
 	Mmap bool
+	// noAtime opens files for reading with O_NOATIME where allowed (POSIX:
+	// the mount's own reads, read-ahead among them, leave atime alone).
+	noAtime bool
 }
 
 var noURingEnv = os.Getenv("FFKIT_NO_IOURING") == "1"
@@ -113,7 +117,19 @@ func (l *FS) Open(ctx context.Context, name string, opts fs.OpenOptions) (fs.Fil
 	if opts.Direct {
 		flags |= unix.O_DIRECT
 	}
+	if l.noAtime {
+		f, err := os.OpenFile(name, flags|unix.O_NOATIME, 0)
+		if err == nil || !errors.Is(err, unix.EPERM) {
+			return l.opened(name, f, err, opts)
+		}
+		// Only the owner (or root) may: open as usual.
+	}
 	f, err := os.OpenFile(name, flags, 0)
+	return l.opened(name, f, err, opts)
+}
+
+// opened finishes Open of name (f, err: the first try).
+func (l *FS) opened(name string, f *os.File, err error, opts fs.OpenOptions) (fs.File, error) {
 	if err != nil && opts.Direct && errors.Is(err, unix.EINVAL) {
 		// The file system does not support O_DIRECT (tmpfs): read through the cache.
 		f, err = os.OpenFile(name, os.O_RDONLY, 0)
@@ -336,8 +352,92 @@ func (l *FS) Stat(ctx context.Context, name string) (fs.FileInfo, error) {
 	return info(st), nil
 }
 
+// info describes st with the mode bits, owner, link count and inode
+// number the local file system keeps. (Access and change times are
+// POSIX's: the mount's own reads, read-ahead among them, move atime.)
 func info(st os.FileInfo) fs.FileInfo {
-	return fs.FileInfo{Name: st.Name(), Size: st.Size(), IsDir: st.IsDir(), ModTime: st.ModTime()}
+	fi := fs.FileInfo{Name: st.Name(), Size: st.Size(), IsDir: st.IsDir(), ModTime: st.ModTime()}
+	if sys, ok := st.Sys().(*syscall.Stat_t); ok {
+		fi.Perm, fi.Uid, fi.Gid, fi.HasOwner = sys.Mode&0o7777, sys.Uid, sys.Gid, true
+		fi.Nlink, fi.Ino = uint32(sys.Nlink), sys.Ino
+	}
+	return fi
+}
+
+var _ fs.AttrSetter = (*FS)(nil)
+
+// SetAttr changes name's permission bits, owner and times (chmod, chown,
+// utimensat; the owner of a symbolic link itself, not of its target).
+func (l *FS) SetAttr(ctx context.Context, name string, c fs.AttrChange) (fs.FileInfo, error) {
+	if err := setAttr(name, c, false); err != nil {
+		return fs.FileInfo{}, err
+	}
+	return l.Stat(ctx, name)
+}
+
+// setAttr applies c to name; with noFollow, to a symbolic link itself
+// (its permission bits cannot change: Linux has no lchmod).
+func setAttr(name string, c fs.AttrChange, noFollow bool) error {
+	if c.Uid != nil || c.Gid != nil {
+		uid, gid := -1, -1
+		if c.Uid != nil {
+			uid = int(*c.Uid)
+		}
+		if c.Gid != nil {
+			gid = int(*c.Gid)
+		}
+		if err := os.Lchown(name, uid, gid); err != nil {
+			return err
+		}
+	}
+	if c.Perm != nil {
+		link := false
+		if noFollow {
+			st, err := os.Lstat(name)
+			if err != nil {
+				return err
+			}
+			link = st.Mode()&os.ModeSymlink != 0
+		}
+		if !link {
+			if err := os.Chmod(name, os.FileMode(*c.Perm&0o777)|unixModeBits(*c.Perm)); err != nil {
+				return err
+			}
+		}
+	}
+	if c.ATime != nil || c.MTime != nil {
+		ts := []unix.Timespec{{Nsec: unix.UTIME_OMIT}, {Nsec: unix.UTIME_OMIT}}
+		if c.ATime != nil {
+			ts[0] = unix.NsecToTimespec(c.ATime.UnixNano())
+		}
+		if c.MTime != nil {
+			ts[1] = unix.NsecToTimespec(c.MTime.UnixNano())
+		}
+		flags := 0
+		if noFollow {
+			flags = unix.AT_SYMLINK_NOFOLLOW
+		}
+		if err := unix.UtimesNanoAt(unix.AT_FDCWD, name, ts, flags); err != nil {
+			return &os.PathError{Op: "utimensat", Path: name, Err: err}
+		}
+	}
+	return nil
+}
+
+// unixModeBits maps the setuid, setgid and sticky bits of perm to
+// os.FileMode's.
+func unixModeBits(perm uint32) os.FileMode {
+	var m os.FileMode
+	if perm&0o4000 != 0 {
+		m |= os.ModeSetuid
+	}
+	if perm&0o2000 != 0 {
+		m |= os.ModeSetgid
+	}
+	if perm&0o1000 != 0 {
+		m |= os.ModeSticky
+	}
+	return m
 }
 
 // List lists dir sorted by name.

@@ -376,7 +376,8 @@ func TestConcurrentRenamesNoCycle(t *testing.T) {
 
 // checkTree walks the store: every directory reaches the root through
 // parent pointers, every entry names a live inode whose parent and name
-// point back, and no unreachable directory exists.
+// point back, every directory's link count is 2 + its subdirectories, and
+// no unreachable directory exists.
 func checkTree(t *testing.T, s *Service) {
 	t.Helper()
 	ctx := context.Background()
@@ -388,6 +389,19 @@ func checkTree(t *testing.T, s *Service) {
 			kvs, err := tx.Range(ctx, p, kv.PrefixEnd(p), 0)
 			if err != nil {
 				return err
+			}
+			dir, err := getInode(ctx, tx, id)
+			if err != nil {
+				return fmt.Errorf("directory %s: %v", path, err)
+			}
+			subdirs := 0
+			for _, e := range kvs {
+				if d, err := decodeDentry(e.Value); err == nil && d.IsDir {
+					subdirs++
+				}
+			}
+			if dir.Nlink != 2+subdirs {
+				return fmt.Errorf("directory %s/: link count %d, want 2 + %d subdirectories", path, dir.Nlink, subdirs)
 			}
 			for _, e := range kvs {
 				name, _ := dentryName(e.Key)

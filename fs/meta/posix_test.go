@@ -147,6 +147,60 @@ func TestRenameFlags(t *testing.T) {
 	}
 }
 
+// A directory's link count is 2 + its subdirectories, through mkdir,
+// rmdir, rename across parents (over an empty directory too) and
+// RENAME_EXCHANGE of a directory with a file.
+func TestDirLinkCount(t *testing.T) {
+	ctx := context.Background()
+	s, _ := newTestService(t, nil)
+	nlink := func(p string) int {
+		t.Helper()
+		n, err := s.Stat(ctx, p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n.Nlink
+	}
+	want := func(step string, counts map[string]int) {
+		t.Helper()
+		for p, c := range counts {
+			if got := nlink(p); got != c {
+				t.Fatalf("%s: %s has link count %d, want %d", step, p, got, c)
+			}
+		}
+	}
+	for _, p := range []string{"/a/x/y", "/a/z", "/b"} {
+		if _, err := s.Mkdir(ctx, "", p, true, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := s.Create(ctx, "", "/a/f", true, nil); err != nil {
+		t.Fatal(err)
+	}
+	want("mkdir", map[string]int{"/": 4, "/a": 4, "/a/x": 3, "/a/x/y": 2, "/b": 2})
+	if err := s.Rename(ctx, "", "/a/x", "/b/x", 0); err != nil {
+		t.Fatal(err)
+	}
+	want("rename across parents", map[string]int{"/a": 3, "/b": 3, "/b/x": 3})
+	if err := s.Rename(ctx, "", "/b/x", "/b/x2", 0); err != nil {
+		t.Fatal(err)
+	}
+	want("rename in one directory", map[string]int{"/b": 3})
+	if err := s.Rename(ctx, "", "/a/z", "/b/x2/y", 0); err != nil {
+		t.Fatal(err)
+	}
+	want("rename over an empty directory", map[string]int{"/a": 2, "/b/x2": 3})
+	if err := s.Rename(ctx, "", "/a/f", "/b/x2", fs.RenameExchange); err != nil {
+		t.Fatal(err)
+	}
+	want("exchange of a file and a directory", map[string]int{"/a": 3, "/b": 2, "/a/f": 3})
+	if err := s.Remove(ctx, "", "/a/f/y"); err != nil {
+		t.Fatal(err)
+	}
+	want("rmdir", map[string]int{"/a/f": 2, "/": 4})
+	checkTree(t, s)
+}
+
 func TestSetAttrTimesAndXattrs(t *testing.T) {
 	ctx := context.Background()
 	s, _ := newTestService(t, nil)

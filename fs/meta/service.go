@@ -229,6 +229,23 @@ func touchDir(tx kv.Txn, dir uint64) {
 	tx.Set(dirTimeKey(dir), binary.BigEndian.AppendUint64(b, now))
 }
 
+// addSubdirs changes directory dir's link count by delta subdirectories
+// (2 + its subdirectories, as Linux file systems count). The read is
+// conflict-checked, so concurrent mkdirs in one directory serialize on it.
+// A count stored before subdirectories were counted never drops below 2.
+func addSubdirs(ctx context.Context, tx kv.Txn, dir uint64, delta int) error {
+	if delta == 0 {
+		return nil
+	}
+	p, err := getInode(ctx, tx, dir)
+	if err != nil {
+		return err
+	}
+	p.Nlink = max(p.Nlink+delta, 2)
+	putInode(tx, p)
+	return nil
+}
+
 // withDirTimes applies directory n's last entry change (DTIM) to its
 // times: mtime when the change is newer than n's own last change (a
 // utimensat after it wins), ctime when newer.
@@ -524,6 +541,8 @@ func (s *Service) Mkdir(ctx context.Context, req, path string, parents bool, o *
 				owner = o
 			}
 			n := newInode(ids[i], TypeDir, parent, c, owner)
+			parent.Nlink = max(parent.Nlink+1, 3)
+			putInode(tx, parent)
 			putInode(tx, n)
 			putDentry(tx, cur, c, n)
 			touchDir(tx, cur)
@@ -707,7 +726,7 @@ func (s *Service) Remove(ctx context.Context, req, path string) error {
 			}
 			tx.Delete(inodeKey(n.ID))
 			tx.Delete(dirTimeKey(n.ID))
-			return true, nil
+			return true, addSubdirs(ctx, tx, pid, -1)
 		}
 		dropName(tx, n, pid, name)
 		return true, nil
@@ -782,8 +801,21 @@ func (s *Service) Rename(ctx context.Context, req, src, dst string, flags uint32
 			putDentry(tx, sp, sname, old)
 			touchDir(tx, sp)
 			touchDir(tx, dp)
+			if sp != dp && n.IsDir() != old.IsDir() {
+				d := 1 // a directory moves from sp to dp
+				if old.IsDir() {
+					d = -1
+				}
+				if err := addSubdirs(ctx, tx, sp, -d); err != nil {
+					return nil, err
+				}
+				if err := addSubdirs(ctx, tx, dp, d); err != nil {
+					return nil, err
+				}
+			}
 			return true, nil
 		}
+		replacedDir := false
 		if ok {
 			if flags&fs.RenameNoReplace != 0 {
 				return nil, merr(iofs.ErrExist, "meta: rename %s to %s", src, dst)
@@ -811,6 +843,7 @@ func (s *Service) Rename(ctx context.Context, req, src, dst string, flags uint32
 				}
 				tx.Delete(inodeKey(old.ID))
 				tx.Delete(dirTimeKey(old.ID))
+				replacedDir = true
 			default:
 				dropName(tx, old, dp, dname)
 			}
@@ -818,6 +851,21 @@ func (s *Service) Rename(ctx context.Context, req, src, dst string, flags uint32
 		tx.Delete(dentryKey(sp, sname))
 		touchDir(tx, sp)
 		touchDir(tx, dp)
+		if n.IsDir() {
+			// n leaves sp and joins dp, where it may replace a directory.
+			in := 1
+			if replacedDir {
+				in = 0
+			}
+			if sp == dp {
+				in--
+			} else if err := addSubdirs(ctx, tx, sp, -1); err != nil {
+				return nil, err
+			}
+			if err := addSubdirs(ctx, tx, dp, in); err != nil {
+				return nil, err
+			}
+		}
 		n.Parent, n.Name, n.CTime = dp, dname, nowNano()
 		putInode(tx, n)
 		putDentry(tx, dp, dname, n)
