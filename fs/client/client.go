@@ -61,6 +61,10 @@ type Client struct {
 	nodes sync.Map // proto.NodeID -> *nodeLoad, read on every span of every read
 
 	refreshMu sync.Mutex // one routing fetch at a time
+	// mgmtdNext is the index in mgmtd of the address that answered last:
+	// routing requests start there, so a frozen primary (whose port still
+	// accepts connections) costs one timeout, not one per request.
+	mgmtdNext atomic.Int32
 	// bgctx is cancelled by Close; the background refresh and dials
 	// (connect) run under it and are counted in wg.
 	bgctx  context.Context
@@ -180,13 +184,15 @@ func (c *Client) refresh(ctx context.Context) error {
 	c.refreshMu.Lock()
 	defer c.refreshMu.Unlock()
 	var errs []error
-	for _, addr := range c.mgmtd {
+	for i := range c.mgmtd {
+		addr := c.mgmtdAddr(i)
 		actx, cancel := context.WithTimeout(ctx, min(c.opts.RequestTimeout, 3*time.Second))
 		conn, err := c.pool.Get(actx, addr)
 		if err == nil {
 			var r proto.Routing
 			if _, err = conn.Call(actx, proto.MGetRouting, struct{}{}, nil, &r); err == nil {
 				cancel()
+				c.mgmtdAnswered(i)
 				c.setRouting(&r)
 				return nil
 			}
@@ -200,18 +206,31 @@ func (c *Client) refresh(ctx context.Context) error {
 	return fmt.Errorf("%w: mgmtd unreachable: %w", fs.ErrUnavailable, errors.Join(errs...))
 }
 
+// mgmtdAddr is the i-th mgmtd address to try, counting from the one that
+// answered last.
+func (c *Client) mgmtdAddr(i int) string {
+	return c.mgmtd[(int(c.mgmtdNext.Load())+i)%len(c.mgmtd)]
+}
+
+// mgmtdAnswered records that mgmtdAddr(i) answered.
+func (c *Client) mgmtdAnswered(i int) {
+	c.mgmtdNext.Store(int32((int(c.mgmtdNext.Load()) + i) % len(c.mgmtd)))
+}
+
 // Status asks mgmtd (any of its addresses) for the routing and the latest
 // space report of every storage target (capacity, free, bytes used by
 // chunks), as the storage services sent them in their heartbeats.
 func (c *Client) Status(ctx context.Context) (*proto.StatusResp, error) {
 	var errs []error
-	for _, addr := range c.mgmtd {
+	for i := range c.mgmtd {
+		addr := c.mgmtdAddr(i)
 		actx, cancel := context.WithTimeout(ctx, min(c.opts.RequestTimeout, 3*time.Second))
 		conn, err := c.pool.Get(actx, addr)
 		if err == nil {
 			var st proto.StatusResp
 			if _, err = conn.Call(actx, proto.MStatus, struct{}{}, nil, &st); err == nil {
 				cancel()
+				c.mgmtdAnswered(i)
 				if st.Routing != nil {
 					c.setRouting(st.Routing)
 				}

@@ -297,3 +297,23 @@ func TestStaleResyncReportIgnored(t *testing.T) {
 		t.Fatalf("target 3 not promoted on a current report: %s", ch.String())
 	}
 }
+
+// TestStallCredit: a decision loop that ran late by more than two
+// intervals (mgmtd frozen or starved) pauses every node's failure clock
+// by the time it did not run; ordinary jitter does not.
+func TestStallCredit(t *testing.T) {
+	iv := 200 * time.Millisecond
+	for _, tc := range []struct {
+		gap, want time.Duration
+	}{
+		{0, 0},
+		{iv, 0},
+		{2 * iv, 0},
+		{2*iv + time.Millisecond, iv + time.Millisecond},
+		{20 * time.Second, 20*time.Second - iv},
+	} {
+		if got := StallCredit(tc.gap, iv); got != tc.want {
+			t.Errorf("StallCredit(%v, %v) = %v, want %v", tc.gap, iv, got, tc.want)
+		}
+	}
+}

@@ -322,30 +322,45 @@ func (s *Service) heartbeatLoop() {
 		if hook := testHookHeartbeat.Load(); err == nil && hook != nil {
 			(*hook)(s)
 		}
-		now := time.Now()
-		if err == nil {
-			s.lastHB.Store(sent.UnixNano())
-			if s.fenced.Swap(false) {
-				s.logf("mgmtd reachable again")
-			}
-			s.setRouting(resp.Routing) // phases move on every answer
-		} else if since := now.Sub(time.Unix(0, s.lastHB.Load())); since > s.failTimeout()/2 {
-			// Self-fencing: mgmtd may already be declaring us dead; we must
-			// not serve stale data, so every target goes back through the
-			// restart path.
-			if !s.fenced.Swap(true) {
-				s.logf("lost mgmtd for %v (> fail timeout/2): stop serving: %v", since.Round(time.Millisecond), err)
-			}
-			for _, ts := range s.targets {
-				ts.phase.Store(int32(phaseRestarting))
-			}
-		}
+		s.mgmtdContact(sent, resp.Routing, err)
 		select {
 		case <-s.ctx.Done():
 			return
 		case <-time.After(iv):
 		case <-s.kick:
 		}
+	}
+}
+
+// mgmtdContact records the outcome of one heartbeat round: answered (err
+// nil; sent is when the heartbeat that got through left, r the routing in
+// its answer, maybe nil) or not.
+//
+// Self-fencing: after half the fail timeout without an answer from any
+// mgmtd, mgmtd may be declaring us dead, so the service stops serving
+// clients (reads and writes entering here; updates forwarded by a
+// predecessor are still applied, so no write is acknowledged without us
+// under the chain version we hold). The targets keep their phases: when a
+// mgmtd answers again, its routing decides. Unchanged chains (a frozen
+// mgmtd that resumed, or a standby that took over with the persisted
+// routing) serve again at once, without a resync; a chain in which mgmtd
+// dropped us (writes acknowledged without us) moves our target to
+// restarting (chain.NextPhase) and it rejoins through resync. (Every
+// target used to go back through restart and resync on every fence, so
+// a 20 s pause of the one mgmtd stopped the whole cluster; issue 16.)
+// The routing is installed before the fence lifts, so no request is
+// served under a routing older than the answer's.
+func (s *Service) mgmtdContact(sent time.Time, r *proto.Routing, err error) {
+	if err == nil {
+		s.setRouting(r) // phases move on every answer
+		s.lastHB.Store(sent.UnixNano())
+		if s.fenced.Swap(false) {
+			s.logf("mgmtd reachable again: serving by its routing")
+		}
+		return
+	}
+	if since := time.Since(time.Unix(0, s.lastHB.Load())); since > s.failTimeout()/2 && !s.fenced.Swap(true) {
+		s.logf("lost mgmtd for %v (> fail timeout/2): stop serving until a mgmtd answers: %v", since.Round(time.Millisecond), err)
 	}
 }
 
