@@ -126,7 +126,7 @@ func TestFSUpMgmtdFreezeAndKill(t *testing.T) {
 	// The workload: each worker writes a new chunk, then reads it and an
 	// older one back; every acknowledged chunk is remembered.
 	var (
-		ops, failures atomic.Int64
+		ops, failures atomic.Int64 // operations that succeeded, failed
 		mu            sync.Mutex
 		acked         = map[proto.ChunkID][]byte{}
 		longest       time.Duration
@@ -143,6 +143,9 @@ func TestFSUpMgmtdFreezeAndKill(t *testing.T) {
 		mu.Lock()
 		longest = max(longest, d)
 		mu.Unlock()
+		if err != nil && ctx.Err() != nil {
+			return err // cut short by the end of the test
+		}
 		if err != nil {
 			failures.Add(1)
 			t.Errorf("I/O failed after %v: %v", d.Round(time.Millisecond), err)
@@ -183,7 +186,6 @@ func TestFSUpMgmtdFreezeAndKill(t *testing.T) {
 	stopWorkers := func() {
 		cancel()
 		wg.Wait()
-		failures.Store(0) // the ones cut short by the cancel
 	}
 	defer stopWorkers()
 	// progress waits until n more operations succeeded.
@@ -217,7 +219,11 @@ func TestFSUpMgmtdFreezeAndKill(t *testing.T) {
 	}
 	cont := func() { syscall.Kill(frozen, syscall.SIGCONT) }
 	defer cont()
-	progress("mgmtd-1 frozen", 40, func() bool { return serving(addrs[1]) })
+	frozenAt := time.Now()
+	progress("mgmtd-1 frozen, until the standby serves", 1, func() bool { return serving(addrs[1]) })
+	// I/O goes on under the standby while mgmtd-1 stays frozen (a pause
+	// of 10 s at least: five fail timeouts).
+	progress("mgmtd-1 frozen, the standby serving", 40, func() bool { return time.Since(frozenAt) > 10*time.Second })
 	cont()
 	t.Logf("mgmtd-1 frozen: the standby took over; %d operations so far, longest %v", ops.Load(), longest)
 
@@ -264,6 +270,9 @@ func TestFSUpMgmtdFreezeAndKill(t *testing.T) {
 	}
 	for _, id := range chains {
 		t.Logf("chain %d: v%d at the start, v%d at the end (%s)", id, startVers[id], cl.Routing().Chain(id).Version, cl.Routing().Chain(id))
+	}
+	if failures.Load() > 0 {
+		t.Fatalf("%d operations failed", failures.Load())
 	}
 	t.Logf("%d operations, none failed, %d chunks read back; longest operation %v", ops.Load(), len(acked), longest)
 }
