@@ -213,6 +213,13 @@ func (c *Client) askMgmtd(ctx context.Context, method uint16, out func() any) er
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	first := int(c.mgmtdNext.Load())
+	// One attempt gets at most half the cluster's fail timeout: a mgmtd
+	// that does not answer in that time is down for the storage services
+	// too (they stop serving after it), so the standby is the one to ask.
+	timeout := min(c.opts.RequestTimeout, 3*time.Second)
+	if r := c.routing.Load(); r != nil && r.FailTimeout > 0 {
+		timeout = min(timeout, max(time.Duration(r.FailTimeout)/2, 500*time.Millisecond))
+	}
 	results := make(chan result, len(c.mgmtd))
 	started, pending := 0, 0
 	start := func() {
@@ -221,7 +228,7 @@ func (c *Client) askMgmtd(ctx context.Context, method uint16, out func() any) er
 		started++
 		pending++
 		go func() {
-			actx, acancel := context.WithTimeout(ctx, min(c.opts.RequestTimeout, 3*time.Second))
+			actx, acancel := context.WithTimeout(ctx, timeout)
 			defer acancel()
 			var raw json.RawMessage
 			conn, err := c.pool.Get(actx, addr)

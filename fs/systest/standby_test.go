@@ -232,7 +232,10 @@ func TestFSUpMgmtdFreezeAndKill(t *testing.T) {
 	// ...and then I/O goes on under the standby while mgmtd-1 is frozen.
 	progress("mgmtd-1 frozen for 10 s, the standby serving", 40, nil)
 	cont()
+	mu.Lock()
 	t.Logf("mgmtd-1 frozen: the standby took over; %d operations so far, longest %v", ops.Load(), longest)
+	longest = 0
+	mu.Unlock()
 
 	// 2. The new primary (mgmtd-2) killed: a mgmtd takes over again (the
 	// resumed mgmtd-1, or mgmtd-2 restarted by fs up) and I/O goes on.
@@ -281,5 +284,11 @@ func TestFSUpMgmtdFreezeAndKill(t *testing.T) {
 	if failures.Load() > 0 {
 		t.Fatalf("%d operations failed", failures.Load())
 	}
-	t.Logf("%d operations, none failed, %d chunks read back; longest operation %v", ops.Load(), len(acked), longest)
+	t.Logf("%d operations, none failed, %d chunks read back; longest operation after the kill %v", ops.Load(), len(acked), longest)
+	if t.Failed() || testing.Verbose() {
+		for _, name := range []string{"mgmtd-1", "mgmtd-2", "storage-1"} {
+			b, _ := os.ReadFile(filepath.Join(dir, "logs", name+".log"))
+			t.Logf("%s.log:\n%s", name, b)
+		}
+	}
 }
