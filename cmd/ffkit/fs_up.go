@@ -85,17 +85,20 @@ func newFSUpCmd() *cobra.Command {
 	)
 	c := &cobra.Command{
 		Use:   "up --dir DIR",
-		Short: "Start a whole cluster on this machine (mgmtd + storage processes) until Ctrl-C",
-		Long: `Start a local ffkit cluster: mgmtd (in this process, its state in an
-embedded etcd under DIR/mgmtd) and --storage storage services, each its own
-child process ('ffkit fs storage') with --targets-per-storage target
+		Short: "Start a whole cluster on this machine (mgmtd and its standby, metadata and storage processes) until Ctrl-C",
+		Long: `Start a local ffkit cluster: the cluster's store (an embedded etcd under
+DIR/mgmtd, served by this process), two mgmtd processes on it (a primary and
+a standby that takes over through the lease in the store when the primary
+freezes or dies), two metadata servers, and --storage storage services, each
+its own child process ('ffkit fs storage') with --targets-per-storage target
 directories under DIR/storage-N, chains of --replicas targets.
 
-The first line on stdout is the cluster URL, ffkit://HOST:PORT, printed only
-once the cluster is ready (every target serving, every service answering);
-then one line per process, "pid NAME PID" (mgmtd, storage-N, meta-N). A metadata
-server that dies is started again (logged on stderr); a storage process is
-not. Ctrl-C or SIGTERM stops everything. A later
+The first line on stdout is the cluster URL, ffkit://HOST:PORT,HOST:PORT
+(both mgmtd addresses), printed only once the cluster is ready (every target
+serving, every service answering); then one line per process, "pid NAME
+PID" (mgmtd, storage-N, mgmtd-2, meta-N). A mgmtd or metadata server that
+dies is started again (logged on stderr); a storage process is not. Ctrl-C
+or SIGTERM stops everything. A later
 'ffkit fs up --dir DIR' brings the same cluster back with its data, on the
 same URL (the shape flags are then taken from DIR/cluster.json).
 
@@ -122,7 +125,7 @@ elsewhere pass --token-file or set FFKIT_TOKEN. Logs go to DIR/logs.`,
 		},
 	}
 	c.Flags().StringVar(&dir, "dir", "", "cluster directory (required; created if missing)")
-	c.Flags().StringVar(&listen, "listen", "127.0.0.1:0", "mgmtd address on the first start (later starts reuse it)")
+	c.Flags().StringVar(&listen, "listen", "127.0.0.1:0", "mgmtd address on the first start (the standby takes another port on its host; later starts reuse both)")
 	c.Flags().IntVar(&cfg.Storage, "storage", 3, "storage processes")
 	c.Flags().IntVar(&cfg.TargetsPerStorage, "targets-per-storage", 2, "target directories per storage process")
 	c.Flags().IntVar(&cfg.Replicas, "replicas", 3, "replicas per chain")
