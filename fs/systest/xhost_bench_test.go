@@ -3,6 +3,7 @@ package systest
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
 	"encoding/binary"
 	"fmt"
 	"io"
@@ -32,6 +33,8 @@ import (
 //   - read:  the client reads large chunks (4 MiB, 8 in flight) written
 //     before, from the page caches of the storage hosts; plain TCP: one
 //     stream from each storage host to the client, all at once;
+//   - and both again over TLS 1.3 with the cluster's certificates (what
+//     every connection between hosts uses), as a second baseline;
 //   - write: the client writes 4 MiB chunks (16 in flight) through the
 //     chain heads, each replicated to 3 hosts and fsynced there; the bound
 //     is min(plain TCP client -> storage hosts, the disk's sequential
@@ -64,7 +67,7 @@ func TestCrossHostBandwidth(t *testing.T) {
 	for i := 1; i <= 3; i++ {
 		addr := c.nn.ip(i) + ":7300"
 		cmd := exec.Command("nsenter", "--net=/run/netns/"+c.nn.hosts[i], self, "-test.run", "^TestCrossHostBandwidth$")
-		cmd.Env = append(os.Environ(), "FFKIT_XHOST_HELPER=tcp", "FFKIT_XHOST_LISTEN="+addr)
+		cmd.Env = append(os.Environ(), "FFKIT_XHOST_HELPER=tcp", "FFKIT_XHOST_LISTEN="+addr, "FFKIT_XHOST_TOKEN_FILE="+c.tokenFile)
 		startNS(t, cmd, filepath.Join(c.dir, fmt.Sprintf("tcp-%d.log", i)))
 		servers = append(servers, addr)
 	}
@@ -106,9 +109,11 @@ func TestCrossHostBandwidth(t *testing.T) {
 	}
 	writeBound := min(med["tcp_write"], med["disk_write"]) / 3
 	t.Logf("cross-host, %d MiB per measurement, %d rounds, medians:", mb, rounds)
-	t.Logf("  large reads:  cluster %6.0f MiB/s  plain TCP %6.0f MiB/s  ratio %.2f (goal >= 0.8)", med["cluster_read"], med["tcp_read"], med["cluster_read"]/med["tcp_read"])
-	t.Logf("  large writes: cluster %6.0f MiB/s  bound min(TCP %.0f, disk %.0f)/3 = %.0f MiB/s  ratio %.2f (goal >= 0.8)",
-		med["cluster_write"], med["tcp_write"], med["disk_write"], writeBound, med["cluster_write"]/writeBound)
+	t.Logf("  large reads:  cluster %6.0f MiB/s  plain TCP %6.0f MiB/s  ratio %.2f (goal >= 0.8); TLS over TCP %6.0f MiB/s, cluster/TLS %.2f",
+		med["cluster_read"], med["tcp_read"], med["cluster_read"]/med["tcp_read"], med["tls_read"], med["cluster_read"]/med["tls_read"])
+	t.Logf("  large writes: cluster %6.0f MiB/s  bound min(TCP %.0f, disk %.0f)/3 = %.0f MiB/s  ratio %.2f (goal >= 0.8); TLS over TCP %.0f MiB/s, bound with it %.0f, ratio %.2f",
+		med["cluster_write"], med["tcp_write"], med["disk_write"], writeBound, med["cluster_write"]/writeBound,
+		med["tls_write"], min(med["tls_write"], med["disk_write"])/3, med["cluster_write"]/(min(med["tls_write"], med["disk_write"])/3))
 }
 
 // diskSeqWrite writes n bytes sequentially to path and fsyncs: MiB/s.
@@ -162,7 +167,28 @@ func xhostTCPServer(addr string) error {
 	if err != nil {
 		return err
 	}
+	// The same on the next port over TLS 1.3 with the cluster's member
+	// certificate (the transport's TLS, without its framing).
+	tb, err := client.TrustBesideTokenFile(os.Getenv("FFKIT_XHOST_TOKEN_FILE"))
+	if err != nil || tb == nil {
+		return fmt.Errorf("cluster trust: %v", err)
+	}
+	scfg, err := tb.ServerConfig()
+	if err != nil {
+		return err
+	}
+	host, port, _ := net.SplitHostPort(ln.Addr().String())
+	p, _ := strconv.Atoi(port)
+	tln, err := tls.Listen("tcp", net.JoinHostPort(host, strconv.Itoa(p+1)), scfg)
+	if err != nil {
+		return err
+	}
 	fmt.Println(ln.Addr()) // the first line: serving
+	go xhostServe(tln)
+	return xhostServe(ln)
+}
+
+func xhostServe(ln net.Listener) error {
 	buf := make([]byte, 1<<20)
 	for {
 		conn, err := ln.Accept()
@@ -197,13 +223,21 @@ func xhostTCPServer(addr string) error {
 
 // xhostTCP moves n bytes in total over one connection per server at once:
 // MiB/s.
-func xhostTCP(servers []string, op byte, n int64) (float64, error) {
+func xhostTCP(servers []string, op byte, n int64, tcfg *tls.Config) (float64, error) {
 	per := n / int64(len(servers))
 	start := time.Now()
 	var g errgroup.Group
 	for _, s := range servers {
 		g.Go(func() error {
-			conn, err := net.Dial("tcp", s)
+			var conn net.Conn
+			var err error
+			if tcfg != nil {
+				host, port, _ := net.SplitHostPort(s)
+				p, _ := strconv.Atoi(port)
+				conn, err = tls.Dial("tcp", net.JoinHostPort(host, strconv.Itoa(p+1)), tcfg)
+			} else {
+				conn, err = net.Dial("tcp", s)
+			}
 			if err != nil {
 				return err
 			}
@@ -319,18 +353,22 @@ func xhostClient() error {
 		return err
 	}
 	for r := 0; r < rounds; r++ {
-		order := []string{"tcp_write", "cluster_write", "tcp_read", "cluster_read"}
+		order := []string{"tcp_write", "tls_write", "cluster_write", "tcp_read", "tls_read", "cluster_read"}
 		if r%2 == 1 {
-			order = []string{"cluster_write", "tcp_write", "cluster_read", "tcp_read"}
+			order = []string{"cluster_write", "tls_write", "tcp_write", "cluster_read", "tls_read", "tcp_read"}
 		}
 		for _, m := range order {
 			var v float64
 			var err error
 			switch m {
 			case "tcp_write":
-				v, err = xhostTCP(servers, 'w', size)
+				v, err = xhostTCP(servers, 'w', size, nil)
 			case "tcp_read":
-				v, err = xhostTCP(servers, 'r', size)
+				v, err = xhostTCP(servers, 'r', size, nil)
+			case "tls_write":
+				v, err = xhostTCP(servers, 'w', size, tb.ClientConfig())
+			case "tls_read":
+				v, err = xhostTCP(servers, 'r', size, tb.ClientConfig())
 			case "cluster_write":
 				v, err = write(uint64(7100 + r))
 			case "cluster_read":
