@@ -340,7 +340,10 @@ func (s *Service) heartbeatLoop() {
 // mgmtd, mgmtd may be declaring us dead, so the service stops serving
 // clients (reads and writes entering here; updates forwarded by a
 // predecessor are still applied, so no write is acknowledged without us
-// under the chain version we hold). The targets keep their phases: when a
+// under the chain version we hold). Replication in flight from here (a
+// forward down the chain, a resync) ends with the fence, as it did when a
+// fence sent the targets back to restarting. The targets keep their
+// phases: when a
 // mgmtd answers again, its routing decides. Unchanged chains (a frozen
 // mgmtd that resumed, or a standby that took over with the persisted
 // routing) serve again at once, without a resync; a chain in which mgmtd
@@ -676,6 +679,11 @@ func (s *Service) forward(ctx context.Context, ts *tstate, chain proto.ChainID, 
 		me, ok := ch.Target(ts.ID)
 		if !ok || (me.State != proto.Serving && me.State != proto.Syncing) || ts.ph() == phaseRestarting {
 			return fmt.Errorf("%w: target %d is %s in chain %d v%d", proto.ErrTargetOffline, ts.ID, me.State, chain, ch.Version)
+		}
+		if s.fenced.Load() {
+			// In-flight replication ends at a fence (mgmtdContact): it
+			// must not finish later under a routing that moved on.
+			return fmt.Errorf("%w: %s lost contact with mgmtd", proto.ErrTargetOffline, s.cfg.Name)
 		}
 		succ, ok := ch.Successor(ts.ID)
 		if !ok {
@@ -1177,6 +1185,9 @@ func (s *Service) resync(ts *tstate, ch *proto.Chain, succ proto.ChainTarget, r 
 	s.logf("resync target %d from %d (chain %d v%d): successor holds %d chunks", succ.ID, ts.ID, ch.ID, ch.Version, len(remote))
 	sent := 0
 	transfer := func(id proto.ChunkID) error {
+		if s.fenced.Load() {
+			return fmt.Errorf("%w: %s lost contact with mgmtd", proto.ErrTargetOffline, s.cfg.Name)
+		}
 		c := ts.get(id)
 		c.lock.Lock()
 		defer c.lock.Unlock()
