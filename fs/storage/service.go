@@ -337,10 +337,10 @@ func (s *Service) heartbeatLoop() {
 // its answer, maybe nil) or not.
 //
 // Self-fencing: after half the fail timeout without an answer from any
-// mgmtd, mgmtd may be declaring us dead, so the service stops serving
-// clients (reads and writes entering here; updates forwarded by a
-// predecessor are still applied, so no write is acknowledged without us
-// under the chain version we hold). Replication in flight from here (a
+// mgmtd, mgmtd may be declaring us dead, so the service refuses every
+// request (reads, writes, and updates from its predecessors: a write in a
+// chain it serves in fails rather than being acknowledged without it
+// under the chain version it holds). Replication in flight from here (a
 // forward down the chain, a resync) ends with the fence, as it did when a
 // fence sent the targets back to restarting. The targets keep their
 // phases: when a
