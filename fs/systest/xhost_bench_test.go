@@ -42,8 +42,8 @@ import (
 //
 // Rounds alternate the four measurements; medians are reported. The client
 // side runs as this test binary re-executed inside host 4's namespace
-// (FFKIT_XHOST_HELPER=client), the TCP ends on hosts 1-3 likewise
-// (FFKIT_XHOST_HELPER=tcp).
+// (SYSTEST_XHOST_HELPER=client), the TCP ends on hosts 1-3 likewise
+// (SYSTEST_XHOST_HELPER=tcp).
 //
 //	FFKIT_BENCH_NETNS=1 [FFKIT_BENCH_MB=256] [FFKIT_BENCH_ROUNDS=3] \
 //	    go test -run TestCrossHostBandwidth -v -timeout 30m ./fs/systest
@@ -67,7 +67,7 @@ func TestCrossHostBandwidth(t *testing.T) {
 	for i := 1; i <= 3; i++ {
 		addr := c.nn.ip(i) + ":7300"
 		cmd := exec.Command("nsenter", "--net=/run/netns/"+c.nn.hosts[i], self, "-test.run", "^TestCrossHostBandwidth$")
-		cmd.Env = append(os.Environ(), "FFKIT_XHOST_HELPER=tcp", "FFKIT_XHOST_LISTEN="+addr, "FFKIT_XHOST_TOKEN_FILE="+c.tokenFile)
+		cmd.Env = append(os.Environ(), "SYSTEST_XHOST_HELPER=tcp", "SYSTEST_XHOST_LISTEN="+addr, "SYSTEST_XHOST_TOKEN_FILE="+c.tokenFile)
 		startNS(t, cmd, filepath.Join(c.dir, fmt.Sprintf("tcp-%d.log", i)))
 		servers = append(servers, addr)
 	}
@@ -78,9 +78,9 @@ func TestCrossHostBandwidth(t *testing.T) {
 		res["disk_write"] = append(res["disk_write"], diskSeqWrite(t, filepath.Join(c.dir, "disk-baseline.dat"), int64(mb)<<20))
 	}
 	cmd := exec.Command("nsenter", "--net=/run/netns/"+c.nn.hosts[nsClient], self, "-test.run", "^TestCrossHostBandwidth$", "-test.v")
-	cmd.Env = append(os.Environ(), "FFKIT_XHOST_HELPER=client", "FFKIT_XHOST_SERVERS="+strings.Join(servers, ","),
-		"FFKIT_XHOST_MGMTD="+strings.TrimPrefix(c.url, "ffkit://"), "FFKIT_XHOST_TOKEN_FILE="+c.tokenFile,
-		"FFKIT_XHOST_MB="+strconv.Itoa(mb), "FFKIT_XHOST_ROUNDS="+strconv.Itoa(rounds), "FFKIT_LOCAL_READS=0")
+	cmd.Env = append(os.Environ(), "SYSTEST_XHOST_HELPER=client", "SYSTEST_XHOST_SERVERS="+strings.Join(servers, ","),
+		"SYSTEST_XHOST_MGMTD="+strings.TrimPrefix(c.url, "ffkit://"), "SYSTEST_XHOST_TOKEN_FILE="+c.tokenFile,
+		"SYSTEST_XHOST_MB="+strconv.Itoa(mb), "SYSTEST_XHOST_ROUNDS="+strconv.Itoa(rounds), "FFKIT_LOCAL_READS=0")
 	cmd.Stderr = os.Stderr
 	out, err := cmd.StdoutPipe()
 	if err != nil {
@@ -146,7 +146,7 @@ func xhostHelper(role string) int {
 	var err error
 	switch role {
 	case "tcp":
-		err = xhostTCPServer(os.Getenv("FFKIT_XHOST_LISTEN"))
+		err = xhostTCPServer(os.Getenv("SYSTEST_XHOST_LISTEN"))
 	case "client":
 		err = xhostClient()
 	default:
@@ -169,7 +169,7 @@ func xhostTCPServer(addr string) error {
 	}
 	// The same on the next port over TLS 1.3 with the cluster's member
 	// certificate (the transport's TLS, without its framing).
-	tb, err := client.TrustBesideTokenFile(os.Getenv("FFKIT_XHOST_TOKEN_FILE"))
+	tb, err := client.TrustBesideTokenFile(os.Getenv("SYSTEST_XHOST_TOKEN_FILE"))
 	if err != nil || tb == nil {
 		return fmt.Errorf("cluster trust: %v", err)
 	}
@@ -275,10 +275,10 @@ func xhostTCP(servers []string, op byte, n int64, tcfg *tls.Config) (float64, er
 // a line "XHOST NAME MiB/s".
 func xhostClient() error {
 	ctx := context.Background()
-	servers := strings.Split(os.Getenv("FFKIT_XHOST_SERVERS"), ",")
-	mb, _ := strconv.Atoi(os.Getenv("FFKIT_XHOST_MB"))
-	rounds, _ := strconv.Atoi(os.Getenv("FFKIT_XHOST_ROUNDS"))
-	tokenFile := os.Getenv("FFKIT_XHOST_TOKEN_FILE")
+	servers := strings.Split(os.Getenv("SYSTEST_XHOST_SERVERS"), ",")
+	mb, _ := strconv.Atoi(os.Getenv("SYSTEST_XHOST_MB"))
+	rounds, _ := strconv.Atoi(os.Getenv("SYSTEST_XHOST_ROUNDS"))
+	tokenFile := os.Getenv("SYSTEST_XHOST_TOKEN_FILE")
 	token, err := client.ReadTokenFile(tokenFile)
 	if err != nil {
 		return err
@@ -287,7 +287,7 @@ func xhostClient() error {
 	if err != nil {
 		return err
 	}
-	cl, err := client.Dial(ctx, strings.Split(os.Getenv("FFKIT_XHOST_MGMTD"), ","), client.Options{Token: token, Trust: tb, NoLocalReads: true})
+	cl, err := client.Dial(ctx, strings.Split(os.Getenv("SYSTEST_XHOST_MGMTD"), ","), client.Options{Token: token, Trust: tb, NoLocalReads: true})
 	if err != nil {
 		return err
 	}
