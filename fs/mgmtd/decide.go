@@ -36,16 +36,18 @@ func LocalStates(nodes map[proto.NodeID]NodeView, now time.Time, failTimeout tim
 }
 
 // StallCredit is how much time mgmtd adds to every node's last heartbeat
-// after its decision loop ran late by gap (the loop runs every interval):
-// while mgmtd was frozen (SIGSTOP, a swap storm) or starved of CPU, the
+// after its decision loop ran late by gap (it runs every interval): while
+// mgmtd was frozen (SIGSTOP, a swap storm) or starved of CPU, the
 // heartbeats sent to it were not taken in, so that stretch must not count
 // against the nodes, or a resumed mgmtd would declare every node dead at
-// once. A late tick of up to two intervals is ordinary jitter: no credit.
-// Crediting only delays failure detection, never hastens it, so the
-// storage services' self-fencing bound (they stop serving after half the
-// fail timeout without an answer) still holds. Pure.
-func StallCredit(gap, interval time.Duration) time.Duration {
-	if gap <= 2*interval {
+// once. Only a stall of more than half the fail timeout is credited (less
+// cannot make a live node look dead: its next heartbeat is due well
+// within the other half); shorter late ticks, ordinary on a loaded host,
+// change nothing. Crediting only delays failure detection, never hastens
+// it, so the storage services' self-fencing bound (they stop serving after
+// half the fail timeout without an answer) still holds. Pure.
+func StallCredit(gap, interval, failTimeout time.Duration) time.Duration {
+	if gap <= max(2*interval, failTimeout/2) {
 		return 0
 	}
 	return gap - interval

@@ -298,22 +298,27 @@ func TestStaleResyncReportIgnored(t *testing.T) {
 	}
 }
 
-// TestStallCredit: a decision loop that ran late by more than two
-// intervals (mgmtd frozen or starved) pauses every node's failure clock
-// by the time it did not run; ordinary jitter does not.
+// TestStallCredit: a decision loop that ran late by more than half the
+// fail timeout (mgmtd frozen or starved) pauses every node's failure
+// clock by the time it did not run; shorter late ticks do not.
 func TestStallCredit(t *testing.T) {
-	iv := 200 * time.Millisecond
+	iv, ft := 200*time.Millisecond, 4*time.Second
 	for _, tc := range []struct {
-		gap, want time.Duration
+		gap, interval, ft, want time.Duration
 	}{
-		{0, 0},
-		{iv, 0},
-		{2 * iv, 0},
-		{2*iv + time.Millisecond, iv + time.Millisecond},
-		{20 * time.Second, 20*time.Second - iv},
+		{0, iv, ft, 0},
+		{iv, iv, ft, 0},
+		{2 * iv, iv, ft, 0},
+		{time.Second, iv, ft, 0}, // a loaded host's late tick
+		{ft / 2, iv, ft, 0},
+		{ft/2 + time.Millisecond, iv, ft, ft/2 + time.Millisecond - iv},
+		{20 * time.Second, iv, ft, 20*time.Second - iv}, // SIGSTOP for 20 s
+		// A fail timeout shorter than two intervals: two intervals rule.
+		{300 * time.Millisecond, iv, 200 * time.Millisecond, 0},
+		{500 * time.Millisecond, iv, 200 * time.Millisecond, 300 * time.Millisecond},
 	} {
-		if got := StallCredit(tc.gap, iv); got != tc.want {
-			t.Errorf("StallCredit(%v, %v) = %v, want %v", tc.gap, iv, got, tc.want)
+		if got := StallCredit(tc.gap, tc.interval, tc.ft); got != tc.want {
+			t.Errorf("StallCredit(%v, %v, %v) = %v, want %v", tc.gap, tc.interval, tc.ft, got, tc.want)
 		}
 	}
 }

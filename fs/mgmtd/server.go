@@ -429,7 +429,7 @@ func (s *Server) tick(ctx context.Context, now time.Time) error {
 		return nil
 	}
 	s.mu.Lock()
-	if credit := StallCredit(gap, s.opts.UpdateInterval); credit > 0 {
+	if credit := StallCredit(gap, s.opts.UpdateInterval, s.opts.FailTimeout); credit > 0 {
 		// mgmtd itself did not run (frozen, starved): the heartbeats it
 		// could not take in meanwhile do not count against the nodes.
 		s.opts.Logf("mgmtd: did not run for %v: every node's failure clock pauses as long", gap.Round(time.Millisecond))
