@@ -22,6 +22,7 @@ import (
 	"github.com/ffkit/ffkit/fs/kv/lease"
 	_ "github.com/ffkit/ffkit/fs/kv/memkv" // the "mem:" store spec
 	"github.com/ffkit/ffkit/fs/mgmtd"
+	"github.com/ffkit/ffkit/fs/transport"
 	"github.com/ffkit/ffkit/fs/trust"
 	"github.com/ffkit/ffkit/internal/errkind"
 	"github.com/ffkit/ffkit/internal/units"
@@ -262,7 +263,12 @@ state and then prints its URL. List both addresses in cluster URLs
 				reg := prometheus.NewRegistry()
 				m, err := mgmtd.Start(lctx, mgmtd.Options{Listen: listen, Token: token, Trust: tb, TLSLoopback: tlsLoopback, Store: store, Replicas: replicas,
 					ExpectTargets: expect, ChunkSize: cs, HeartbeatInterval: timers.heartbeat, FailTimeout: timers.failTimeout, Registry: reg,
-					Fence: le.Fence})
+					Fence: le.Fence, Holding: le.Held,
+					// A new primary (a start, a takeover) gives every
+					// storage service a whole fail timeout to report
+					// before it judges anyone.
+					Freeze: timers.failTimeout,
+					Faults: transport.FaultsFromEnv()})
 				if err != nil {
 					return err
 				}

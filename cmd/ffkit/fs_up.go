@@ -5,19 +5,19 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/cobra"
 
 	"github.com/ffkit/ffkit/fs/client"
 	"github.com/ffkit/ffkit/fs/kv"
-	"github.com/ffkit/ffkit/fs/mgmtd"
 	"github.com/ffkit/ffkit/fs/proto"
 	"github.com/ffkit/ffkit/fs/transport"
 	"github.com/ffkit/ffkit/fs/trust"
@@ -29,7 +29,7 @@ func init() { registerFS(newFSUpCmd) }
 // FSUpCluster describes the cluster `ffkit fs up` runs, for hooks.
 type FSUpCluster struct {
 	Dir       string   // the cluster directory
-	MgmtdAddr string   // host:port of mgmtd
+	MgmtdAddr string   // host:port of mgmtd, then of its standby: "h:p,h:p"
 	Token     string   // the cluster token
 	TokenFile string   // DIR/token
 	Store     kv.Store // mgmtd's store (the embedded etcd), shareable
@@ -68,6 +68,7 @@ func registerFSUpHook(h FSUpHook) { fsUpHooks = append(fsUpHooks, h) }
 // first start, so that a later `fs up` on DIR brings the same cluster back.
 type upConfig struct {
 	MgmtdAddr         string `json:"mgmtd_addr"`
+	StandbyAddr       string `json:"mgmtd_standby_addr,omitempty"`
 	Storage           int    `json:"storage"`
 	TargetsPerStorage int    `json:"targets_per_storage"`
 	Replicas          int    `json:"replicas"`
@@ -84,17 +85,20 @@ func newFSUpCmd() *cobra.Command {
 	)
 	c := &cobra.Command{
 		Use:   "up --dir DIR",
-		Short: "Start a whole cluster on this machine (mgmtd + storage processes) until Ctrl-C",
-		Long: `Start a local ffkit cluster: mgmtd (in this process, its state in an
-embedded etcd under DIR/mgmtd) and --storage storage services, each its own
-child process ('ffkit fs storage') with --targets-per-storage target
+		Short: "Start a whole cluster on this machine (mgmtd and its standby, metadata and storage processes) until Ctrl-C",
+		Long: `Start a local ffkit cluster: the cluster's store (an embedded etcd under
+DIR/mgmtd, served by this process), two mgmtd processes on it (a primary and
+a standby that takes over through the lease in the store when the primary
+freezes or dies), two metadata servers, and --storage storage services, each
+its own child process ('ffkit fs storage') with --targets-per-storage target
 directories under DIR/storage-N, chains of --replicas targets.
 
-The first line on stdout is the cluster URL, ffkit://HOST:PORT, printed only
-once the cluster is ready (every target serving, every service answering);
-then one line per process, "pid NAME PID" (mgmtd, storage-N, meta-N). A metadata
-server that dies is started again (logged on stderr); a storage process is
-not. Ctrl-C or SIGTERM stops everything. A later
+The first line on stdout is the cluster URL, ffkit://HOST:PORT,HOST:PORT
+(both mgmtd addresses), printed only once the cluster is ready (every target
+serving, every service answering); then one line per process, "pid NAME
+PID" (mgmtd, storage-N, mgmtd-2, meta-N). A mgmtd or metadata server that
+dies is started again (logged on stderr); a storage process is not. Ctrl-C
+or SIGTERM stops everything. A later
 'ffkit fs up --dir DIR' brings the same cluster back with its data, on the
 same URL (the shape flags are then taken from DIR/cluster.json).
 
@@ -121,7 +125,7 @@ elsewhere pass --token-file or set FFKIT_TOKEN. Logs go to DIR/logs.`,
 		},
 	}
 	c.Flags().StringVar(&dir, "dir", "", "cluster directory (required; created if missing)")
-	c.Flags().StringVar(&listen, "listen", "127.0.0.1:0", "mgmtd address on the first start (later starts reuse it)")
+	c.Flags().StringVar(&listen, "listen", "127.0.0.1:0", "mgmtd address on the first start (the standby takes another port on its host; later starts reuse both)")
 	c.Flags().IntVar(&cfg.Storage, "storage", 3, "storage processes")
 	c.Flags().IntVar(&cfg.TargetsPerStorage, "targets-per-storage", 2, "target directories per storage process")
 	c.Flags().IntVar(&cfg.Replicas, "replicas", 3, "replicas per chain")
@@ -171,31 +175,38 @@ func runFSUp(cmd *cobra.Command, dir, listen, metrics string, cfg upConfig, time
 		return err
 	}
 	defer store.Close()
-	reg := prometheus.NewRegistry()
-	m, err := mgmtd.Start(ctx, mgmtd.Options{Listen: listen, Token: token, Trust: tb, TLSLoopback: tlsLoopback, Store: store, Replicas: cfg.Replicas,
-		ExpectTargets: cfg.Storage * cfg.TargetsPerStorage, ChunkSize: cfg.ChunkSize,
-		HeartbeatInterval: timers.heartbeat, FailTimeout: timers.failTimeout, Registry: reg,
-		Faults: transport.FaultsFromEnv(), Logf: func(f string, a ...any) { fmt.Fprintf(os.Stderr, f+"\n", a...) }})
+	exe, err := os.Executable()
 	if err != nil {
 		return err
 	}
-	defer m.Close()
-	if maddr, err := serveMetrics(ctx, metrics, reg); err != nil {
-		return err
-	} else if maddr != "" {
-		fmt.Fprintf(os.Stderr, "mgmtd: metrics on http://%s/metrics\n", maddr)
+	// Two mgmtd processes on the embedded store served by this process:
+	// the primary holds the lease in the store, the standby takes over
+	// when it stops renewing (frozen, killed); each is restarted when it
+	// dies (fs_up_mgmtd.go). Their addresses are fixed at the first start.
+	if cfg.MgmtdAddr == "" {
+		if cfg.MgmtdAddr, err = freeAddr(listen); err != nil {
+			return err
+		}
 	}
-	cfg.MgmtdAddr = m.Addr()
+	if cfg.StandbyAddr == "" {
+		if cfg.StandbyAddr, err = freeAddr(net.JoinHostPort(hostOf(cfg.MgmtdAddr), "0")); err != nil {
+			return err
+		}
+	}
 	b, _ := json.MarshalIndent(cfg, "", "  ")
 	if err := os.WriteFile(cfgPath, b, 0o600); err != nil {
 		return err
 	}
-	if err := client.RecordToken(m.Addr(), token, tb); err != nil {
-		warnf("could not record the token in the user's config: %v", err)
-	}
-	exe, err := os.Executable()
-	if err != nil {
+	mg := &upMgmtd{dir: dir, exe: exe, kvSpec: kvSpec, tokenFile: tokenFile, token: token, trust: tb, tlsLoopback: tlsLoopback,
+		addrs: []string{cfg.MgmtdAddr, cfg.StandbyAddr}, cfg: cfg, timers: timers, metrics: metrics}
+	if err := mg.start(ctx); err != nil {
+		mg.stop()
 		return err
+	}
+	defer mg.stop()
+	authority := strings.Join(mg.addrs, ",")
+	if err := client.RecordToken(authority, token, tb); err != nil {
+		warnf("could not record the token in the user's config: %v", err)
 	}
 	// Storage children. Pdeathsig: if this process dies, they die too.
 	type child struct {
@@ -219,7 +230,7 @@ func runFSUp(cmd *cobra.Command, dir, listen, metrics string, cfg upConfig, time
 	}
 	defer stopChildren()
 	for i := 1; i <= cfg.Storage; i++ {
-		args := []string{"fs", "storage", "--mgmtd", "ffkit://" + m.Addr(), "--node", strconv.Itoa(i), "--token-file", tokenFile,
+		args := []string{"fs", "storage", "--mgmtd", "ffkit://" + authority, "--node", strconv.Itoa(i), "--token-file", tokenFile,
 			"--heartbeat", timers.heartbeat.String(), "--fail-timeout", timers.failTimeout.String()}
 		if tlsLoopback {
 			args = append(args, "--tls-loopback")
@@ -251,7 +262,7 @@ func runFSUp(cmd *cobra.Command, dir, listen, metrics string, cfg upConfig, time
 	pool := transport.NewPool(transport.Options{Token: token, Trust: tb, TLSLoopback: tlsLoopback, Name: "fs-up"})
 	defer pool.Close()
 	for {
-		if m.Ready() && upReady(rctx, m.Routing(), cfg, pool) {
+		if st := mg.status(rctx, pool); st != nil && st.Ready && upReady(rctx, st.Routing, cfg, pool) {
 			break
 		}
 		for _, ch := range children {
@@ -271,7 +282,8 @@ func runFSUp(cmd *cobra.Command, dir, listen, metrics string, cfg upConfig, time
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
-	info := &FSUpCluster{Dir: dir, MgmtdAddr: m.Addr(), Token: token, TokenFile: tokenFile, Store: store, KVSpec: kvSpec,
+	mg.watch()
+	info := &FSUpCluster{Dir: dir, MgmtdAddr: authority, Token: token, TokenFile: tokenFile, Store: store, KVSpec: kvSpec,
 		Exe: exe, Timers: timers, LogDir: filepath.Join(dir, "logs"), Trust: tb, TLSLoopback: tlsLoopback}
 	var stops []func() error
 	defer func() {
@@ -291,11 +303,12 @@ func runFSUp(cmd *cobra.Command, dir, listen, metrics string, cfg upConfig, time
 		}
 	}
 	out := cmd.OutOrStdout()
-	fmt.Fprintf(out, "ffkit://%s\n", m.Addr())
-	fmt.Fprintf(out, "pid mgmtd %d\n", os.Getpid())
+	fmt.Fprintf(out, "ffkit://%s\n", authority)
+	fmt.Fprintf(out, "pid mgmtd %d\n", mg.kids[0].pid())
 	for _, ch := range children {
 		fmt.Fprintf(out, "pid %s %d\n", ch.name, ch.cmd.Process.Pid)
 	}
+	fmt.Fprintf(out, "pid mgmtd-2 %d\n", mg.kids[1].pid())
 	for _, p := range info.Pids {
 		fmt.Fprintf(out, "pid %s %d\n", p.Name, p.Pid)
 	}

@@ -3,6 +3,7 @@ package client
 import (
 	"context"
 	"encoding/binary"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"hash/crc32"
@@ -61,6 +62,10 @@ type Client struct {
 	nodes sync.Map // proto.NodeID -> *nodeLoad, read on every span of every read
 
 	refreshMu sync.Mutex // one routing fetch at a time
+	// mgmtdNext is the index in mgmtd of the address that answered last:
+	// routing requests start there, so a frozen primary (whose port still
+	// accepts connections) costs one timeout, not one per request.
+	mgmtdNext atomic.Int32
 	// bgctx is cancelled by Close; the background refresh and dials
 	// (connect) run under it and are counted in wg.
 	bgctx  context.Context
@@ -179,23 +184,99 @@ func (c *Client) Refresh(ctx context.Context) error { return c.refresh(ctx) }
 func (c *Client) refresh(ctx context.Context) error {
 	c.refreshMu.Lock()
 	defer c.refreshMu.Unlock()
-	var errs []error
-	for _, addr := range c.mgmtd {
-		actx, cancel := context.WithTimeout(ctx, min(c.opts.RequestTimeout, 3*time.Second))
-		conn, err := c.pool.Get(actx, addr)
-		if err == nil {
-			var r proto.Routing
-			if _, err = conn.Call(actx, proto.MGetRouting, struct{}{}, nil, &r); err == nil {
-				cancel()
-				c.setRouting(&r)
-				return nil
+	var r proto.Routing
+	if err := c.askMgmtd(ctx, proto.MGetRouting, func() any { r = proto.Routing{}; return &r }); err != nil {
+		return err
+	}
+	c.setRouting(&r)
+	return nil
+}
+
+// mgmtdHedge: a mgmtd address that has not answered within this is joined
+// by the next one. A frozen primary's port still accepts connections, so
+// without it every routing fetch would wait out the request timeout there
+// before asking the standby.
+const mgmtdHedge = 300 * time.Millisecond
+
+// askMgmtd calls method (no arguments) on mgmtd and decodes the first
+// answer into the value out returns (out is called once per attempt, from
+// the caller's goroutine only). It asks the address that answered last
+// first; every mgmtdHedge without an answer (or at once after an error)
+// it asks the next one too; the first answer wins and the others are
+// cancelled and waited for.
+func (c *Client) askMgmtd(ctx context.Context, method uint16, out func() any) error {
+	type result struct {
+		addr string
+		resp []byte
+		err  error
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	first := int(c.mgmtdNext.Load())
+	// One attempt gets at most half the cluster's fail timeout: a mgmtd
+	// that does not answer in that time is down for the storage services
+	// too (they stop serving after it), so the standby is the one to ask.
+	timeout := min(c.opts.RequestTimeout, 3*time.Second)
+	if r := c.routing.Load(); r != nil && r.FailTimeout > 0 {
+		timeout = min(timeout, max(time.Duration(r.FailTimeout)/2, 500*time.Millisecond))
+	}
+	results := make(chan result, len(c.mgmtd))
+	started, pending := 0, 0
+	start := func() {
+		i := (first + started) % len(c.mgmtd)
+		addr := c.mgmtd[i]
+		started++
+		pending++
+		go func() {
+			actx, acancel := context.WithTimeout(ctx, timeout)
+			defer acancel()
+			var raw json.RawMessage
+			conn, err := c.pool.Get(actx, addr)
+			if err == nil {
+				_, err = conn.Call(actx, method, struct{}{}, nil, &raw)
+				if errors.Is(err, context.DeadlineExceeded) {
+					c.pool.Drop(addr)
+				}
 			}
-			if errors.Is(err, context.DeadlineExceeded) {
-				c.pool.Drop(addr)
+			results <- result{addr, raw, err}
+		}()
+	}
+	var errs []error
+	won := false
+	start()
+	hedge := time.NewTimer(mgmtdHedge)
+	defer hedge.Stop()
+	for pending > 0 {
+		select {
+		case <-hedge.C:
+			if started < len(c.mgmtd) && !won {
+				start()
+				hedge.Reset(mgmtdHedge)
+			}
+			continue
+		case res := <-results:
+			pending--
+			if won {
+				continue
+			}
+			err := res.err
+			if err == nil {
+				if err = json.Unmarshal(res.resp, out()); err == nil {
+					won = true
+					c.mgmtdNext.Store(int32(slices.Index(c.mgmtd, res.addr)))
+					cancel()
+					continue
+				}
+			}
+			errs = append(errs, fmt.Errorf("%s: %w", res.addr, err))
+			if started < len(c.mgmtd) {
+				start()
+				hedge.Reset(mgmtdHedge)
 			}
 		}
-		cancel()
-		errs = append(errs, fmt.Errorf("%s: %w", addr, err))
+	}
+	if won {
+		return nil
 	}
 	return fmt.Errorf("%w: mgmtd unreachable: %w", fs.ErrUnavailable, errors.Join(errs...))
 }
@@ -204,27 +285,14 @@ func (c *Client) refresh(ctx context.Context) error {
 // space report of every storage target (capacity, free, bytes used by
 // chunks), as the storage services sent them in their heartbeats.
 func (c *Client) Status(ctx context.Context) (*proto.StatusResp, error) {
-	var errs []error
-	for _, addr := range c.mgmtd {
-		actx, cancel := context.WithTimeout(ctx, min(c.opts.RequestTimeout, 3*time.Second))
-		conn, err := c.pool.Get(actx, addr)
-		if err == nil {
-			var st proto.StatusResp
-			if _, err = conn.Call(actx, proto.MStatus, struct{}{}, nil, &st); err == nil {
-				cancel()
-				if st.Routing != nil {
-					c.setRouting(st.Routing)
-				}
-				return &st, nil
-			}
-			if errors.Is(err, context.DeadlineExceeded) {
-				c.pool.Drop(addr)
-			}
-		}
-		cancel()
-		errs = append(errs, fmt.Errorf("%s: %w", addr, err))
+	var st proto.StatusResp
+	if err := c.askMgmtd(ctx, proto.MStatus, func() any { st = proto.StatusResp{}; return &st }); err != nil {
+		return nil, err
 	}
-	return nil, fmt.Errorf("%w: mgmtd unreachable: %w", fs.ErrUnavailable, errors.Join(errs...))
+	if st.Routing != nil {
+		c.setRouting(st.Routing)
+	}
+	return &st, nil
 }
 
 func (c *Client) setRouting(r *proto.Routing) {

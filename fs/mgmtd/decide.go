@@ -35,6 +35,24 @@ func LocalStates(nodes map[proto.NodeID]NodeView, now time.Time, failTimeout tim
 	return out
 }
 
+// StallCredit is how much time mgmtd adds to every node's last heartbeat
+// after its decision loop ran late by gap (it runs every interval): while
+// mgmtd was frozen (SIGSTOP, a swap storm) or starved of CPU, the
+// heartbeats sent to it were not taken in, so that stretch must not count
+// against the nodes, or a resumed mgmtd would declare every node dead at
+// once. Only a stall of more than half the fail timeout is credited (less
+// cannot make a live node look dead: its next heartbeat is due well
+// within the other half); shorter late ticks, ordinary on a loaded host,
+// change nothing. Crediting only delays failure detection, never hastens
+// it, so the storage services' self-fencing bound (they stop serving after
+// half the fail timeout without an answer) still holds. Pure.
+func StallCredit(gap, interval, failTimeout time.Duration) time.Duration {
+	if gap <= max(2*interval, failTimeout/2) {
+		return 0
+	}
+	return gap - interval
+}
+
 // StaleResyncs finds the "uptodate" reports in local that no longer hold
 // under r (chain.ResyncHolds: a syncing target whose resync ended under
 // an older chain version than r routes), turns them into online in

@@ -297,3 +297,28 @@ func TestStaleResyncReportIgnored(t *testing.T) {
 		t.Fatalf("target 3 not promoted on a current report: %s", ch.String())
 	}
 }
+
+// TestStallCredit: a decision loop that ran late by more than half the
+// fail timeout (mgmtd frozen or starved) pauses every node's failure
+// clock by the time it did not run; shorter late ticks do not.
+func TestStallCredit(t *testing.T) {
+	iv, ft := 200*time.Millisecond, 4*time.Second
+	for _, tc := range []struct {
+		gap, interval, ft, want time.Duration
+	}{
+		{0, iv, ft, 0},
+		{iv, iv, ft, 0},
+		{2 * iv, iv, ft, 0},
+		{time.Second, iv, ft, 0}, // a loaded host's late tick
+		{ft / 2, iv, ft, 0},
+		{ft/2 + time.Millisecond, iv, ft, ft/2 + time.Millisecond - iv},
+		{20 * time.Second, iv, ft, 20*time.Second - iv}, // SIGSTOP for 20 s
+		// A fail timeout shorter than two intervals: two intervals rule.
+		{300 * time.Millisecond, iv, 200 * time.Millisecond, 0},
+		{500 * time.Millisecond, iv, 200 * time.Millisecond, 300 * time.Millisecond},
+	} {
+		if got := StallCredit(tc.gap, tc.interval, tc.ft); got != tc.want {
+			t.Errorf("StallCredit(%v, %v, %v) = %v, want %v", tc.gap, tc.interval, tc.ft, got, tc.want)
+		}
+	}
+}

@@ -22,6 +22,11 @@ import (
 	"github.com/ffkit/ffkit/internal/errkind"
 )
 
+// ErrNotPrimary answers requests to a mgmtd that does not (or no longer)
+// hold the primary lease; clients and storage services try the next
+// mgmtd address.
+var ErrNotPrimary = errkind.New(errkind.Unavailable, "mgmtd: not the primary (the lease is held elsewhere or lapsed)")
+
 func errf(format string, args ...any) error {
 	return errkind.Wrap(errkind.Data, fmt.Errorf("mgmtd: "+format, args...))
 }
@@ -62,6 +67,13 @@ type Options struct {
 	// Fence runs inside every write transaction; an error aborts the write.
 	// The seam for a lease-holding primary. Default none.
 	Fence func(ctx context.Context, tx kv.Txn) error
+	// Holding reports whether this mgmtd still holds the primary lease by
+	// its own clock (lease.Lease.Held). While it reports false, mgmtd
+	// answers no heartbeat and no routing request (ErrNotPrimary) and
+	// decides nothing: a primary resumed after a freeze, whose lease a
+	// standby may have taken, must not keep storage services serving on
+	// its say-so nor hand clients its old routing. Default: always.
+	Holding func() bool
 	// Faults and Name feed the transport fault layer. Name default "mgmtd".
 	Faults transport.Faults
 	Name   string
@@ -138,6 +150,8 @@ type Server struct {
 	nodesDirty bool
 	// pubMu serialises publishers (the decision loop, BuildChains).
 	pubMu sync.Mutex
+	// lastTick is when the decision loop last ran (loop goroutine only).
+	lastTick time.Time
 
 	mChanges   prometheus.Counter
 	mHeartbeat prometheus.Counter
@@ -257,7 +271,13 @@ func (s *Server) persist(ctx context.Context, r *proto.Routing) error {
 	return nil
 }
 
+// holding reports whether this mgmtd may answer and decide (Options.Holding).
+func (s *Server) holding() bool { return s.opts.Holding == nil || s.opts.Holding() }
+
 func (s *Server) handle(ctx context.Context, req *transport.Request) (any, [][]byte, error) {
+	if !s.holding() {
+		return nil, nil, fmt.Errorf("%w (%s)", ErrNotPrimary, s.opts.Name)
+	}
 	switch req.Method {
 	case proto.MHeartbeat:
 		var hb proto.HeartbeatReq
@@ -272,7 +292,7 @@ func (s *Server) handle(ctx context.Context, req *transport.Request) (any, [][]b
 	case proto.MStatus:
 		r := s.Routing()
 		s.addMeta(ctx, r)
-		return proto.StatusResp{Routing: r, Targets: s.Space()}, nil, nil
+		return proto.StatusResp{Routing: r, Targets: s.Space(), Ready: s.Ready()}, nil, nil
 	}
 	return nil, nil, fmt.Errorf("%w: mgmtd has no method %d", proto.ErrBadRequest, req.Method)
 }
@@ -400,7 +420,25 @@ func (s *Server) loop(ctx context.Context) {
 func (s *Server) tick(ctx context.Context, now time.Time) error {
 	s.pubMu.Lock()
 	defer s.pubMu.Unlock()
+	gap := time.Duration(0)
+	if !s.lastTick.IsZero() {
+		gap = now.Sub(s.lastTick)
+	}
+	s.lastTick = now
+	if !s.holding() {
+		return nil
+	}
 	s.mu.Lock()
+	if credit := StallCredit(gap, s.opts.UpdateInterval, s.opts.FailTimeout); credit > 0 {
+		// mgmtd itself did not run (frozen, starved): the heartbeats it
+		// could not take in meanwhile do not count against the nodes.
+		s.opts.Logf("mgmtd: did not run for %v: every node's failure clock pauses as long", gap.Round(time.Millisecond))
+		for _, n := range s.nodes {
+			if n.LastHB = n.LastHB.Add(credit); n.LastHB.After(now) {
+				n.LastHB = now
+			}
+		}
+	}
 	cur := s.routing
 	next := cur
 	if s.nodesDirty {

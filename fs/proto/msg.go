@@ -232,4 +232,7 @@ type TargetUsage struct {
 type StatusResp struct {
 	Routing *Routing      `json:"routing"`
 	Targets []TargetUsage `json:"targets"`
+	// Ready: every target of the chain table serves and its service's
+	// latest heartbeat reports it up to date (mgmtd.Server.Ready).
+	Ready bool `json:"ready,omitempty"`
 }

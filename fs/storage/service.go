@@ -322,30 +322,48 @@ func (s *Service) heartbeatLoop() {
 		if hook := testHookHeartbeat.Load(); err == nil && hook != nil {
 			(*hook)(s)
 		}
-		now := time.Now()
-		if err == nil {
-			s.lastHB.Store(sent.UnixNano())
-			if s.fenced.Swap(false) {
-				s.logf("mgmtd reachable again")
-			}
-			s.setRouting(resp.Routing) // phases move on every answer
-		} else if since := now.Sub(time.Unix(0, s.lastHB.Load())); since > s.failTimeout()/2 {
-			// Self-fencing: mgmtd may already be declaring us dead; we must
-			// not serve stale data, so every target goes back through the
-			// restart path.
-			if !s.fenced.Swap(true) {
-				s.logf("lost mgmtd for %v (> fail timeout/2): stop serving: %v", since.Round(time.Millisecond), err)
-			}
-			for _, ts := range s.targets {
-				ts.phase.Store(int32(phaseRestarting))
-			}
-		}
+		s.mgmtdContact(sent, resp.Routing, err)
 		select {
 		case <-s.ctx.Done():
 			return
 		case <-time.After(iv):
 		case <-s.kick:
 		}
+	}
+}
+
+// mgmtdContact records the outcome of one heartbeat round: answered (err
+// nil; sent is when the heartbeat that got through left, r the routing in
+// its answer, maybe nil) or not.
+//
+// Self-fencing: after half the fail timeout without an answer from any
+// mgmtd, mgmtd may be declaring us dead, so the service refuses every
+// request (reads, writes, and updates from its predecessors: a write in a
+// chain it serves in fails rather than being acknowledged without it
+// under the chain version it holds). Replication in flight from here (a
+// forward down the chain, a resync) ends with the fence, as it did when a
+// fence sent the targets back to restarting. The targets keep their
+// phases: when a
+// mgmtd answers again, its routing decides. Unchanged chains (a frozen
+// mgmtd that resumed, or a standby that took over with the persisted
+// routing) serve again at once, without a resync; a chain in which mgmtd
+// dropped us (writes acknowledged without us) moves our target to
+// restarting (chain.NextPhase) and it rejoins through resync. (Every
+// target used to go back through restart and resync on every fence, so
+// a 20 s pause of the one mgmtd stopped the whole cluster; issue 16.)
+// The routing is installed before the fence lifts, so no request is
+// served under a routing older than the answer's.
+func (s *Service) mgmtdContact(sent time.Time, r *proto.Routing, err error) {
+	if err == nil {
+		s.setRouting(r) // phases move on every answer
+		s.lastHB.Store(sent.UnixNano())
+		if s.fenced.Swap(false) {
+			s.logf("mgmtd reachable again: serving by its routing")
+		}
+		return
+	}
+	if since := time.Since(time.Unix(0, s.lastHB.Load())); since > s.failTimeout()/2 && !s.fenced.Swap(true) {
+		s.logf("lost mgmtd for %v (> fail timeout/2): stop serving until a mgmtd answers: %v", since.Round(time.Millisecond), err)
 	}
 }
 
@@ -672,6 +690,11 @@ func (s *Service) forward(ctx context.Context, ts *tstate, chain proto.ChainID, 
 		me, ok := ch.Target(ts.ID)
 		if !ok || (me.State != proto.Serving && me.State != proto.Syncing) || ts.ph() == phaseRestarting {
 			return fmt.Errorf("%w: target %d is %s in chain %d v%d", proto.ErrTargetOffline, ts.ID, me.State, chain, ch.Version)
+		}
+		if s.fenced.Load() {
+			// In-flight replication ends at a fence (mgmtdContact): it
+			// must not finish later under a routing that moved on.
+			return fmt.Errorf("%w: %s lost contact with mgmtd", proto.ErrTargetOffline, s.cfg.Name)
 		}
 		succ, ok := ch.Successor(ts.ID)
 		if !ok {
@@ -1176,6 +1199,9 @@ func (s *Service) resync(ts *tstate, ch *proto.Chain, succ proto.ChainTarget, r 
 	s.logf("resync target %d from %d (chain %d v%d): successor holds %d chunks", succ.ID, ts.ID, ch.ID, ch.Version, len(remote))
 	sent := 0
 	transfer := func(id proto.ChunkID) error {
+		if s.fenced.Load() {
+			return fmt.Errorf("%w: %s lost contact with mgmtd", proto.ErrTargetOffline, s.cfg.Name)
+		}
 		c := ts.get(id)
 		c.lock.Lock()
 		defer c.lock.Unlock()

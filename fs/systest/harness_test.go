@@ -29,6 +29,10 @@ func TestMain(m *testing.M) {
 		// This binary re-run as another user (security_test.go): no build.
 		os.Exit(m.Run())
 	}
+	if role := os.Getenv("SYSTEST_XHOST_HELPER"); role != "" {
+		// This binary re-run inside a namespace (xhost_bench_test.go).
+		os.Exit(xhostHelper(role))
+	}
 	var err error
 	ffkitBin, err = testbin.Get()
 	if err != nil {

@@ -445,13 +445,19 @@ func TestSecurityImpostorOnRestartingPort(t *testing.T) {
 	dir := filepath.Join(base, "cluster")
 	cmd, lines, done := fsUp(t, dir)
 	url := lines[0]
-	addr := strings.TrimPrefix(url, "ffkit://")
+	// Both mgmtd addresses (the primary's and the standby's).
+	addrs := strings.Split(strings.TrimPrefix(url, "ffkit://"), ",")
 	token, err := client.ReadTokenFile(filepath.Join(dir, "token"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	stopUp(t, cmd, lines, done)
-	_, received, stop := startListener(t, base, addr)
+	var received []string
+	var stops []func()
+	for _, addr := range addrs {
+		_, r, stop := startListener(t, base, addr)
+		received, stops = append(received, r), append(stops, stop)
+	}
 	for _, args := range [][]string{
 		{"fs", "status", "--cluster", url, "--timeout", "2s"},
 		{"fs", "status", "--cluster", url, "--token-file", filepath.Join(dir, "token"), "--timeout", "2s"},
@@ -467,20 +473,24 @@ func TestSecurityImpostorOnRestartingPort(t *testing.T) {
 		}
 		t.Logf("%v: %s", args[:2], bytes.TrimSpace(out))
 	}
-	stop()
-	assertNoToken(t, received, token)
-	// The real cluster takes its port back.
+	for i, stop := range stops {
+		stop()
+		assertNoToken(t, received[i], token)
+	}
+	// The real cluster takes its ports back.
 	deadline := time.Now().Add(time.Minute)
-	for {
-		ln, err := net.Listen("tcp", addr)
-		if err == nil {
-			ln.Close()
-			break
+	for _, addr := range addrs {
+		for {
+			ln, err := net.Listen("tcp", addr)
+			if err == nil {
+				ln.Close()
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("port %s not released: %v", addr, err)
+			}
+			time.Sleep(50 * time.Millisecond)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("port %s not released: %v", addr, err)
-		}
-		time.Sleep(50 * time.Millisecond)
 	}
 	cmd, lines, done = fsUp(t, dir)
 	defer stopUp(t, cmd, lines, done)

@@ -130,10 +130,10 @@ func TestFsUpStatusRestart(t *testing.T) {
 		}
 	}
 	// A wrong token is refused.
-	if _, err := client.Dial(context.Background(), []string{auth}, client.Options{Token: "wrong", RequestTimeout: time.Second}); err == nil {
+	if _, err := client.Dial(context.Background(), strings.Split(auth, ","), client.Options{Token: "wrong", RequestTimeout: time.Second}); err == nil {
 		t.Fatal("a wrong token was accepted")
 	}
-	cl, err := client.Dial(context.Background(), []string{auth}, client.Options{Token: token})
+	cl, err := client.Dial(context.Background(), strings.Split(auth, ","), client.Options{Token: token})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -150,7 +150,7 @@ func TestFsUpStatusRestart(t *testing.T) {
 	if lines2[0] != url {
 		t.Fatalf("restart came back on %s, not %s", lines2[0], url)
 	}
-	cl, err = client.Dial(context.Background(), []string{auth}, client.Options{Token: token})
+	cl, err = client.Dial(context.Background(), strings.Split(auth, ","), client.Options{Token: token})
 	if err != nil {
 		t.Fatal(err)
 	}
