@@ -360,21 +360,18 @@ func (r *runner) compile() error {
 	}
 	hash := j.keyColumns()
 	var err error
-	if j.byValue() {
-		for _, src := range []*Source{r.src, r.src2} {
-			if src == nil {
-				continue
-			}
-			sc, err := src.Schema([]string{resolveName(src.Files[0].Schema, hash[0])})
-			if err != nil {
-				return fmt.Errorf("--partition-by: %w", err)
-			}
-			if !arrow.IsInteger(sc.Field(0).Type.ID()) {
-				return fmt.Errorf("%w: --partition-by %s: the column is %s, want an integer (the partition number)", ErrUsage, j.PartitionBy, sc.Field(0).Type)
-			}
+	var keyOK func(arrow.Type) bool
+	var keyWant string
+	switch {
+	case j.byValue():
+		keyOK, keyWant = arrow.IsInteger, "an integer (the partition number)"
+	case j.byRange():
+		keyOK = func(t arrow.Type) bool {
+			return t == arrow.STRING || t == arrow.BINARY || t == arrow.LARGE_STRING || t == arrow.LARGE_BINARY
 		}
+		keyWant = "a string or binary"
 	}
-	if j.byRange() {
+	if keyOK != nil {
 		for _, src := range []*Source{r.src, r.src2} {
 			if src == nil {
 				continue
@@ -383,10 +380,8 @@ func (r *runner) compile() error {
 			if err != nil {
 				return fmt.Errorf("--partition-by: %w", err)
 			}
-			switch sc.Field(0).Type.ID() {
-			case arrow.STRING, arrow.BINARY, arrow.LARGE_STRING, arrow.LARGE_BINARY:
-			default:
-				return fmt.Errorf("%w: --partition-by %s: the column is %s, want a string or binary", ErrUsage, j.PartitionBy, sc.Field(0).Type)
+			if !keyOK(sc.Field(0).Type.ID()) {
+				return fmt.Errorf("%w: --partition-by %s: the column is %s, want %s", ErrUsage, j.PartitionBy, sc.Field(0).Type, keyWant)
 			}
 		}
 	}

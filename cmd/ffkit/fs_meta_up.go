@@ -80,29 +80,37 @@ func metaStarter(c *FSUpCluster, i int) supStart {
 		if c.TLSLoopback {
 			args = append(args, "--tls-loopback")
 		}
-		cmd := exec.Command(c.Exe, args...)
-		cmd.Stderr = logf
-		out, err := cmd.StdoutPipe()
-		if err != nil {
-			logf.Close()
-			return nil, nil, nil, err
-		}
-		cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGTERM}
-		if err := cmd.Start(); err != nil {
-			logf.Close()
-			return nil, nil, nil, fmt.Errorf("start meta %d: %w", i, err)
-		}
-		done := make(chan struct{})
-		var werr error
-		go func() {
-			sc := bufio.NewScanner(out)
-			for sc.Scan() {
-				fmt.Fprintln(logf, "stdout:", sc.Text())
-			}
-			werr = cmd.Wait()
-			logf.Close()
-			close(done)
-		}()
-		return cmd, done, &werr, nil
+		return startLogged(c.Exe, args, logf, fmt.Sprintf("meta %d", i))
 	}
+}
+
+// startLogged starts a supervised child process of fs up: stderr and
+// stdout (each line prefixed "stdout:") go to logf, which is closed when
+// the process ends; the child is killed if fs up dies. what names it in
+// errors.
+func startLogged(exe string, args []string, logf *os.File, what string) (*exec.Cmd, <-chan struct{}, *error, error) {
+	cmd := exec.Command(exe, args...)
+	cmd.Stderr = logf
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		logf.Close()
+		return nil, nil, nil, err
+	}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGTERM}
+	if err := cmd.Start(); err != nil {
+		logf.Close()
+		return nil, nil, nil, fmt.Errorf("start %s: %w", what, err)
+	}
+	done := make(chan struct{})
+	var werr error
+	go func() {
+		sc := bufio.NewScanner(out)
+		for sc.Scan() {
+			fmt.Fprintln(logf, "stdout:", sc.Text())
+		}
+		werr = cmd.Wait()
+		logf.Close()
+		close(done)
+	}()
+	return cmd, done, &werr, nil
 }

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"fmt"
 	"net"
@@ -9,7 +8,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
-	"syscall"
 	"time"
 
 	"github.com/ffkit/ffkit/fs/proto"
@@ -138,30 +136,7 @@ func (m *upMgmtd) starter(i int) supStart {
 		if m.tlsLoopback {
 			args = append(args, "--tls-loopback")
 		}
-		cmd := exec.Command(m.exe, args...)
-		cmd.Stderr = logf
-		out, err := cmd.StdoutPipe()
-		if err != nil {
-			logf.Close()
-			return nil, nil, nil, err
-		}
-		cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGTERM}
-		if err := cmd.Start(); err != nil {
-			logf.Close()
-			return nil, nil, nil, fmt.Errorf("start mgmtd %d: %w", i+1, err)
-		}
-		done := make(chan struct{})
-		var werr error
-		go func() {
-			sc := bufio.NewScanner(out)
-			for sc.Scan() {
-				fmt.Fprintln(logf, "stdout:", sc.Text())
-			}
-			werr = cmd.Wait()
-			logf.Close()
-			close(done)
-		}()
-		return cmd, done, &werr, nil
+		return startLogged(m.exe, args, logf, fmt.Sprintf("mgmtd %d", i+1))
 	}
 }
 
