@@ -28,22 +28,15 @@ def main():
 
     import duckdb
     import ray
-    from ray.cluster_utils import Cluster
 
+    import _raycluster
     import ffkit
 
     tmp = tempfile.mkdtemp(prefix="ffkit-bench-frame-")
     src = os.path.join(tmp, "in.parquet")
     duckdb.sql(f"COPY (SELECT i AS id, i % 1000 AS k, random() AS v FROM range({a.rows}) t(i)) "
                f"TO '{src}' (FORMAT parquet, ROW_GROUP_SIZE 122880)")
-    os.environ["PYTHONPATH"] = os.pathsep.join(
-        p for p in [os.path.dirname(os.path.dirname(ffkit.__file__)), os.environ.get("PYTHONPATH", "")] if p)
-    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False})
-    for _ in range(a.ray_nodes - 1):
-        cluster.add_node(num_cpus=1)
-    cluster.wait_for_nodes()
-    ray.init(address=cluster.address)
+    cluster = _raycluster.start(a.ray_nodes)
     query = "SELECT k, count(*) AS n, sum(v) AS s FROM {0} GROUP BY k"
 
     def run(executor, parts):

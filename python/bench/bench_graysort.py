@@ -137,17 +137,9 @@ def main():
 
     cluster = None
     if "ray" in only:
-        import ray
-        from ray.cluster_utils import Cluster
+        import _raycluster
 
-        os.environ["PYTHONPATH"] = os.pathsep.join(
-            p for p in [os.path.dirname(os.path.dirname(ffkit.__file__)), os.environ.get("PYTHONPATH", "")] if p)
-        os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-        cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False})
-        for _ in range(a.ray_nodes - 1):
-            cluster.add_node(num_cpus=1)
-        cluster.wait_for_nodes()
-        ray.init(address=cluster.address)
+        cluster = _raycluster.start(a.ray_nodes)
 
     def ours(executor):
         root = os.path.join(tmp, "root-" + executor)
