@@ -121,6 +121,7 @@ func TestPOSIXCluster(t *testing.T) {
 	}
 	mnt, _ := mount(t, c.fs, "/posix", fuse.Options{})
 	fusetest.RunPOSIX(t, mnt, c.fs, "/posix")
+	t.Run("RemoveTreeAtRootMount", func(t *testing.T) { removeTreeAtRootMount(t, c) })
 	// Last, on the same cluster: it kills the metadata servers.
 	t.Run("CreatesSurviveMetaRestart", func(t *testing.T) { createsSurviveMetaRestart(t, c) })
 }
@@ -230,6 +231,32 @@ func readClusterFile(t *testing.T, c *testCluster, name string) []byte {
 // answered: the mount's client retries them with their request ids until
 // 'fs up' has restarted a server; fsync of the directory returns once
 // they have, and then they are all there, seen by another client.
+// A mount of the cluster's root ("/", as `fs mount URL/ MNT` makes it):
+// rm -rf of a directory whose files the mount wrote removes it. The
+// directory's path was spelled "//d" by the root and "/d" by the
+// directory itself, so rmdir waited for none of the pipelined unlinks of
+// its files and failed with ENOTEMPTY.
+func removeTreeAtRootMount(t *testing.T, c *testCluster) {
+	mnt, _ := mount(t, c.fs, "/", fuse.Options{AttrTimeout: time.Minute})
+	for r := 0; r < 3; r++ {
+		d := filepath.Join(mnt, fmt.Sprintf("rmtree%d", r))
+		if err := os.Mkdir(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		for i := 0; i < 100; i++ {
+			if err := os.WriteFile(filepath.Join(d, fmt.Sprintf("f%03d", i)), []byte("x"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := os.RemoveAll(d); err != nil {
+			t.Fatalf("rm -rf through a mount of /: %v", err)
+		}
+		if _, err := c.fs.Stat(context.Background(), "/"+filepath.Base(d)); err == nil {
+			t.Fatalf("%s still in the storage after rm -rf", d)
+		}
+	}
+}
+
 func createsSurviveMetaRestart(t *testing.T, c *testCluster) {
 	ctx := context.Background()
 	if err := c.fs.MkdirAll(ctx, "/cr/d"); err != nil {

@@ -129,6 +129,12 @@ func (n *node) childPath(name string) (string, syscall.Errno) {
 	if errno != 0 {
 		return "", errno
 	}
+	if strings.HasSuffix(p, "/") {
+		// The root of a mount of "/": "/d", as the child's own path()
+		// spells it (not "//d": the pending unlinks and the cache are
+		// keyed by path, and rmdir waited for none under "//d").
+		return p + name, 0
+	}
 	return p + "/" + name, 0
 }
 

@@ -169,9 +169,9 @@ func (n *node) unlinkPipelined(name, p string) bool {
 // The file is durable once fsync of the file or of its directory returns
 // (as on a local file system); a metadata server that restarts meanwhile
 // is retried with the same request id. A create that fails in the
-// background (another client made the name within the cache bound, the
-// storage is full) is logged and fails the handle's later calls: O_EXCL
-// between clients of different mounts holds only with --consistent.
+// background (the storage is full) is logged and fails the handle's later
+// calls. Only a plain O_CREAT is pipelined (see createAsync), so O_EXCL
+// holds between mounts.
 
 // asyncWrite is the write file of a file being created in the background.
 // Over a storage that creates files without opening them
