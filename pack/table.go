@@ -28,10 +28,11 @@ type table struct {
 	name   string
 	format string
 	column string
+	rows   int64 // Parquet: the rows the footer declares; -1 unknown
 }
 
 func openTable(ctx context.Context, fsys fs.FS, name, format, column string) (Source, error) {
-	t := &table{fsys: fsys, name: name, format: format, column: column}
+	t := &table{fsys: fsys, name: name, format: format, column: column, rows: -1}
 	// Open once now so that a bad file or column fails before any output.
 	err := t.batches(ctx, func(sc *arrow.Schema, col int, next func() (arrow.RecordBatch, error)) error { return nil })
 	if err != nil {
@@ -48,6 +49,11 @@ func openTable(ctx context.Context, fsys fs.FS, name, format, column string) (So
 }
 
 func (t *table) Format() string { return t.format }
+
+// Count is the number of samples of a Parquet table, from its footer: one
+// per row (Walk yields exactly that many or fails, and the writer checks
+// the count again). Counting by walking decoded the whole file once more.
+func (t *table) Count() (int64, bool) { return t.rows, t.rows >= 0 }
 func (t *table) Close() error   { return nil }
 
 // batches opens the table and hands fn its schema, the sample column
@@ -78,6 +84,7 @@ func (t *table) batches(ctx context.Context, fn func(sc *arrow.Schema, col int, 
 			return fmt.Errorf("%w: %s: %w", ErrData, t.name, err)
 		}
 		defer pr.Close()
+		t.rows = pr.NumRows()
 		fr, err := pqarrow.NewFileReader(pr, pqarrow.ArrowReadProperties{BatchSize: batchRows(pr)}, memory.DefaultAllocator)
 		if err != nil {
 			return fmt.Errorf("%w: %s: %w", ErrData, t.name, err)
