@@ -218,7 +218,9 @@ func (p *packer) packFile() error {
 	var n int64
 	counted := false
 	if c, ok := p.src.(counter); ok && !isListed {
-		n, counted = c.Count()
+		if k, ok := c.Count(); ok {
+			n, counted = k, true
+		}
 	}
 	if isListed {
 		p.samples = l.Samples()

@@ -54,7 +54,7 @@ func (t *table) Format() string { return t.format }
 // per row (Walk yields exactly that many or fails, and the writer checks
 // the count again). Counting by walking decoded the whole file once more.
 func (t *table) Count() (int64, bool) { return t.rows, t.rows >= 0 }
-func (t *table) Close() error   { return nil }
+func (t *table) Close() error         { return nil }
 
 // batches opens the table and hands fn its schema, the sample column
 // (-1: whole rows) and an iterator of record batches (nil at the end).
