@@ -323,13 +323,32 @@ func (t *table) walkParquetLeaf(ctx context.Context, fn func(Sample, io.Reader) 
 		return errNotLeaf
 	}
 	maxDef := leaf.MaxDefinitionLevel()
+	base := path.Base(t.name) + ":"
+	if k, ok := decodeAhead(pr, ci); ok { // see parquetwalk.go
+		var r bytes.Reader
+		return decodeRowGroups(ctx, pr, ci, t.name, t.column, maxDef, k, func(g int, row int64, v *rowGroupVals) error {
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+			start := 0
+			for _, end := range v.ends {
+				b := v.buf[start:end:end]
+				start = end
+				r.Reset(b)
+				if err := fn(Sample{Name: base + strconv.FormatInt(row, 10), Size: int64(len(b))}, &r); err != nil {
+					return err
+				}
+				row++
+			}
+			return nil
+		})
+	}
 	const batch = 256
 	vals := make([]parquet.ByteArray, batch)
 	var defs []int16
 	if maxDef > 0 {
 		defs = make([]int16, batch)
 	}
-	base := path.Base(t.name) + ":"
 	var row int64
 	var r bytes.Reader
 	for g := 0; g < pr.NumRowGroups(); g++ {
