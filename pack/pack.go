@@ -198,6 +198,12 @@ func (p *packer) packDir() error {
 	return err
 }
 
+// counter is a walked source that may know its sample count up front
+// (a Parquet footer); false: count by walking.
+type counter interface {
+	Count() (int64, bool)
+}
+
 func (p *packer) packFile() error {
 	fsys, name, err := fs.Resolve(p.ctx, p.out)
 	if err != nil {
@@ -210,10 +216,16 @@ func (p *packer) packFile() error {
 	}
 	l, isListed := p.src.(Listed)
 	var n int64
+	counted := false
+	if c, ok := p.src.(counter); ok && !isListed {
+		if k, ok := c.Count(); ok {
+			n, counted = k, true
+		}
+	}
 	if isListed {
 		p.samples = l.Samples()
 		n = int64(len(p.samples))
-	} else { // a first pass to count: the header needs n
+	} else if !counted { // a first pass to count: the header needs n
 		if err := p.src.Walk(p.ctx, func(Sample, io.Reader) error { n++; return nil }); err != nil {
 			return err
 		}

@@ -125,6 +125,10 @@ func TestParquetListedSameBytesAsWalk(t *testing.T) {
 		{"empty", arrow.BinaryTypes.Binary, false, plain, false, false, true},
 		{"dictionary", arrow.BinaryTypes.Binary, false, []parquet.WriterProperty{parquet.WithMaxRowGroupLength(70)}, false, true, false},
 		{"snappy", arrow.BinaryTypes.Binary, false, append(plain, parquet.WithCompression(compress.Codecs.Snappy)), false, false, false},
+		// pyarrow's defaults: a dictionary (falling back to PLAIN pages
+		// when it grows), snappy; and zstd, NULL-able: decoded ahead
+		{"snappy-dictionary", arrow.BinaryTypes.Binary, false, []parquet.WriterProperty{parquet.WithMaxRowGroupLength(70), parquet.WithCompression(compress.Codecs.Snappy)}, false, false, false},
+		{"zstd-optional-v2", arrow.BinaryTypes.Binary, true, append(plain, parquet.WithCompression(compress.Codecs.Zstd), parquet.WithDataPageVersion(parquet.DataPageV2)), false, false, false},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -140,6 +144,7 @@ func TestParquetListedSameBytesAsWalk(t *testing.T) {
 				}
 			}
 			writeParquetColumn(t, p, c.typ, c.nullable, vals, c.props...)
+			rowGroupsDecodedAhead.Store(0)
 			got, isListed := packedFiles(t, p, filepath.Join(dir, c.name, "new"))
 			if got := readDataset(t, filepath.Join(dir, c.name, "new", "ds")); len(got) != len(vals) {
 				t.Fatalf("%d samples, want %d", len(got), len(vals))
@@ -153,9 +158,13 @@ func TestParquetListedSameBytesAsWalk(t *testing.T) {
 			if isListed != c.listed {
 				t.Fatalf("listed source: %v, want %v", isListed, c.listed)
 			}
-			old := listParquetMinValue
-			listParquetMinValue = 1 << 62 // the walk, as before listing
-			defer func() { listParquetMinValue = old }()
+			if ahead := rowGroupsDecodedAhead.Load() > 0; ahead != (!c.listed && !c.empty) {
+				t.Fatalf("row groups decoded ahead: %v, want %v", ahead, !c.listed && !c.empty)
+			}
+			oldMin, oldMax := listParquetMinValue, parallelRowGroupMax
+			listParquetMinValue = 1 << 62 // the walk, as before listing,
+			parallelRowGroupMax = -1      // on one goroutine
+			defer func() { listParquetMinValue, parallelRowGroupMax = oldMin, oldMax }()
 			walked, isListed := packedFiles(t, p, filepath.Join(dir, c.name, "walk"))
 			if isListed {
 				t.Fatal("the walk's source is listed")

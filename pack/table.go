@@ -28,10 +28,11 @@ type table struct {
 	name   string
 	format string
 	column string
+	rows   int64 // Parquet: the rows the footer declares; -1 unknown
 }
 
 func openTable(ctx context.Context, fsys fs.FS, name, format, column string) (Source, error) {
-	t := &table{fsys: fsys, name: name, format: format, column: column}
+	t := &table{fsys: fsys, name: name, format: format, column: column, rows: -1}
 	// Open once now so that a bad file or column fails before any output.
 	err := t.batches(ctx, func(sc *arrow.Schema, col int, next func() (arrow.RecordBatch, error)) error { return nil })
 	if err != nil {
@@ -48,7 +49,12 @@ func openTable(ctx context.Context, fsys fs.FS, name, format, column string) (So
 }
 
 func (t *table) Format() string { return t.format }
-func (t *table) Close() error   { return nil }
+
+// Count is the number of samples of a Parquet table, from its footer: one
+// per row (Walk yields exactly that many or fails, and the writer checks
+// the count again). Counting by walking decoded the whole file once more.
+func (t *table) Count() (int64, bool) { return t.rows, t.rows >= 0 }
+func (t *table) Close() error         { return nil }
 
 // batches opens the table and hands fn its schema, the sample column
 // (-1: whole rows) and an iterator of record batches (nil at the end).
@@ -78,6 +84,7 @@ func (t *table) batches(ctx context.Context, fn func(sc *arrow.Schema, col int, 
 			return fmt.Errorf("%w: %s: %w", ErrData, t.name, err)
 		}
 		defer pr.Close()
+		t.rows = pr.NumRows()
 		fr, err := pqarrow.NewFileReader(pr, pqarrow.ArrowReadProperties{BatchSize: batchRows(pr)}, memory.DefaultAllocator)
 		if err != nil {
 			return fmt.Errorf("%w: %s: %w", ErrData, t.name, err)
@@ -316,13 +323,32 @@ func (t *table) walkParquetLeaf(ctx context.Context, fn func(Sample, io.Reader) 
 		return errNotLeaf
 	}
 	maxDef := leaf.MaxDefinitionLevel()
+	base := path.Base(t.name) + ":"
+	if k, ok := decodeAhead(pr, ci); ok { // see parquetwalk.go
+		var r bytes.Reader
+		return decodeRowGroups(ctx, pr, ci, t.name, t.column, maxDef, k, func(g int, row int64, v *rowGroupVals) error {
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+			start := 0
+			for _, end := range v.ends {
+				b := v.buf[start:end:end]
+				start = end
+				r.Reset(b)
+				if err := fn(Sample{Name: base + strconv.FormatInt(row, 10), Size: int64(len(b))}, &r); err != nil {
+					return err
+				}
+				row++
+			}
+			return nil
+		})
+	}
 	const batch = 256
 	vals := make([]parquet.ByteArray, batch)
 	var defs []int16
 	if maxDef > 0 {
 		defs = make([]int16, batch)
 	}
-	base := path.Base(t.name) + ":"
 	var row int64
 	var r bytes.Reader
 	for g := 0; g < pr.NumRowGroups(); g++ {
