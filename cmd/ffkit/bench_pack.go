@@ -16,6 +16,7 @@ import (
 	"github.com/apache/arrow-go/v18/arrow/array"
 	"github.com/apache/arrow-go/v18/arrow/memory"
 	"github.com/apache/arrow-go/v18/parquet"
+	"github.com/apache/arrow-go/v18/parquet/compress"
 	"github.com/apache/arrow-go/v18/parquet/pqarrow"
 	"github.com/spf13/cobra"
 
@@ -54,8 +55,9 @@ func newBenchPackCmd() *cobra.Command {
 		Use:   "pack DIR",
 		Short: "Pack WebDataset shards and a Parquet column into FFRecord, against fio's sequential write",
 		Long: `Makes WebDataset tar shards (a --sample-size jpg and a small json per
-sample) and a Parquet file with one binary column of --sample-size values, both
---size in total, in DIR (a local directory); reads them once into the page
+sample) and two Parquet files with one binary column of --sample-size values
+(parquet: uncompressed, no dictionary; parquet-snappy: snappy with dictionary
+pages tried first, as pyarrow writes by default), each --size in total, in DIR (a local directory); reads them once into the page
 cache; then, in each of --runs rounds, runs fio's sequential write of --size
 (1 MiB blocks, fsync at the end) and packs each source into DIR (shards synced
 and published). Prints each pack's sample MiB/s (from opening the source to
@@ -97,12 +99,14 @@ func runBenchPack(ctx context.Context, dir string, size, sampleSize int64, runs 
 	statusf("pack: making the sources")
 	wdsDir := filepath.Join(dir, "bench-pack-wds")
 	pq := filepath.Join(dir, "bench-pack.parquet")
-	if err := benchPackSources(wdsDir, pq, size, sampleSize); err != nil {
-		return err
-	}
+	pqSnappy := filepath.Join(dir, "bench-pack-snappy.parquet")
 	defer os.RemoveAll(wdsDir)
 	defer os.Remove(pq)
-	for _, p := range []string{wdsDir, pq} { // into the page cache
+	defer os.Remove(pqSnappy)
+	if err := benchPackSources(wdsDir, pq, pqSnappy, size, sampleSize); err != nil {
+		return err
+	}
+	for _, p := range []string{wdsDir, pq, pqSnappy} { // into the page cache
 		filepath.Walk(p, func(f string, info os.FileInfo, err error) error {
 			if err == nil && info.Mode().IsRegular() {
 				if fh, err := os.Open(f); err == nil {
@@ -117,7 +121,8 @@ func runBenchPack(ctx context.Context, dir string, size, sampleSize int64, runs 
 		format, path string
 		opts         pack.Options
 	}
-	srcs := []src{{"webdataset", wdsDir, pack.Options{Format: "webdataset"}}, {"parquet", pq, pack.Options{Column: "image"}}}
+	srcs := []src{{"webdataset", wdsDir, pack.Options{Format: "webdataset"}}, {"parquet", pq, pack.Options{Column: "image"}},
+		{"parquet-snappy", pqSnappy, pack.Options{Column: "image"}}}
 	mibs := make([][]float64, len(srcs))
 	var fioRuns []*fioFigure
 	fioFile := filepath.Join(dir, "bench-pack-fio.bin")
@@ -205,9 +210,10 @@ func runBenchPack(ctx context.Context, dir string, size, sampleSize int64, runs 
 	return nil
 }
 
-// benchPackSources writes the WebDataset shards and the Parquet file:
-// incompressible sample bytes, size bytes of samples in each.
-func benchPackSources(wdsDir, pq string, size, sampleSize int64) error {
+// benchPackSources writes the WebDataset shards and the Parquet files
+// (one uncompressed without dictionary, one as pyarrow writes by
+// default): incompressible sample bytes, size bytes of samples in each.
+func benchPackSources(wdsDir, pq, pqSnappy string, size, sampleSize int64) error {
 	os.RemoveAll(wdsDir)
 	if err := os.MkdirAll(wdsDir, 0o755); err != nil {
 		return err
@@ -255,13 +261,25 @@ func benchPackSources(wdsDir, pq string, size, sampleSize int64) error {
 	if err := closeShard(); err != nil {
 		return err
 	}
-	f, err := os.Create(pq)
+	plain := parquet.NewWriterProperties(parquet.WithMaxRowGroupLength(1000), parquet.WithDictionaryDefault(false))
+	if err := benchPackParquet(pq, n, blob, rng, plain); err != nil {
+		return err
+	}
+	// pyarrow's defaults (snappy, dictionary pages tried first), as most
+	// Hugging Face files are written.
+	snappy := parquet.NewWriterProperties(parquet.WithMaxRowGroupLength(1000), parquet.WithCompression(compress.Codecs.Snappy))
+	return benchPackParquet(pqSnappy, n, blob, rng, snappy)
+}
+
+// benchPackParquet writes n values of len(blob) random bytes as the
+// binary column "image" of the Parquet file path.
+func benchPackParquet(path string, n int, blob []byte, rng *rand.ChaCha8, props *parquet.WriterProperties) error {
+	f, err := os.Create(path)
 	if err != nil {
 		return err
 	}
 	defer f.Close()
 	sc := arrow.NewSchema([]arrow.Field{{Name: "image", Type: arrow.BinaryTypes.Binary}}, nil)
-	props := parquet.NewWriterProperties(parquet.WithMaxRowGroupLength(1000), parquet.WithDictionaryDefault(false))
 	pw, err := pqarrow.NewFileWriter(sc, f, props, pqarrow.DefaultWriterProps())
 	if err != nil {
 		return err
