@@ -194,6 +194,17 @@ func TestMetaCache(t *testing.T) {
 	if err := os.Remove(nb); err != nil {
 		t.Fatal(err)
 	}
+	// b's unlink is pipelined (the file is not open there): it has reached
+	// the storage once fsync of its directory returns, and from then on a
+	// consistent mount sees it gone at once.
+	dh, err = os.Open(filepath.Dir(nb))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := dh.Sync(); err != nil {
+		t.Fatalf("fsync of %s: %v", filepath.Dir(nb), err)
+	}
+	dh.Close()
 	mustNotExist(t, nc)
 	eventually(t, "a remove by another client", func() error {
 		if _, err := os.Stat(na); !errors.Is(err, os.ErrNotExist) {
