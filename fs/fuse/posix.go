@@ -262,16 +262,27 @@ func (n *node) Getxattr(_ context.Context, attr string, dest []byte) (uint32, sy
 	return uint32(copy(dest, v)), 0
 }
 
-func (n *node) Setxattr(_ context.Context, attr string, data []byte, flags uint32) syscall.Errno {
+// xattrChanger is the prelude of a change to the attribute attr: EROFS on a
+// read-only mount, then as xattrer, then notUser for a name outside
+// user.*.
+func (n *node) xattrChanger(attr string, notUser syscall.Errno) (fs.Xattrer, string, syscall.Errno) {
 	if n.srv.opts.ReadOnly {
-		return syscall.EROFS
+		return nil, "", syscall.EROFS
 	}
 	x, p, errno := n.xattrer()
 	if errno != 0 {
-		return errno
+		return nil, "", errno
 	}
 	if !strings.HasPrefix(attr, userXattr) {
-		return syscall.ENOTSUP
+		return nil, "", notUser
+	}
+	return x, p, 0
+}
+
+func (n *node) Setxattr(_ context.Context, attr string, data []byte, flags uint32) syscall.Errno {
+	x, p, errno := n.xattrChanger(attr, syscall.ENOTSUP)
+	if errno != 0 {
+		return errno
 	}
 	ctx, cancel := n.srv.opContext()
 	defer cancel()
@@ -308,15 +319,9 @@ func (n *node) Listxattr(_ context.Context, dest []byte) (uint32, syscall.Errno)
 }
 
 func (n *node) Removexattr(_ context.Context, attr string) syscall.Errno {
-	if n.srv.opts.ReadOnly {
-		return syscall.EROFS
-	}
-	x, p, errno := n.xattrer()
+	x, p, errno := n.xattrChanger(attr, syscall.ENODATA)
 	if errno != 0 {
 		return errno
-	}
-	if !strings.HasPrefix(attr, userXattr) {
-		return syscall.ENODATA
 	}
 	ctx, cancel := n.srv.opContext()
 	defer cancel()
