@@ -12,6 +12,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime/pprof"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -63,13 +65,26 @@ func TestCrossHostBandwidth(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var servers []string
+	var servers, tcpPids, storPids []string
+	for i := 1; i <= 3; i++ {
+		storPids = append(storPids, strconv.Itoa(c.storage[i].cmd.Process.Pid))
+	}
+	if os.Getenv("FFKIT_STORAGE_CPUPROFILE") != "" {
+		// Storage processes write their profiles when they stop.
+		t.Cleanup(func() {
+			for i := 1; i <= 3; i++ {
+				c.storage[i].cmd.Process.Signal(unix.SIGTERM)
+				<-c.storage[i].done
+			}
+		})
+	}
 	for i := 1; i <= 3; i++ {
 		addr := c.nn.ip(i) + ":7300"
 		cmd := exec.Command("nsenter", "--net=/run/netns/"+c.nn.hosts[i], self, "-test.run", "^TestCrossHostBandwidth$")
 		cmd.Env = append(os.Environ(), "SYSTEST_XHOST_HELPER=tcp", "SYSTEST_XHOST_LISTEN="+addr, "SYSTEST_XHOST_TOKEN_FILE="+c.tokenFile)
-		startNS(t, cmd, filepath.Join(c.dir, fmt.Sprintf("tcp-%d.log", i)))
+		p := startNS(t, cmd, filepath.Join(c.dir, fmt.Sprintf("tcp-%d.log", i)))
 		servers = append(servers, addr)
+		tcpPids = append(tcpPids, strconv.Itoa(p.cmd.Process.Pid))
 	}
 	// The disk baseline, on the targets' file system, before the client
 	// runs (not beside it).
@@ -79,8 +94,9 @@ func TestCrossHostBandwidth(t *testing.T) {
 	}
 	cmd := exec.Command("nsenter", "--net=/run/netns/"+c.nn.hosts[nsClient], self, "-test.run", "^TestCrossHostBandwidth$", "-test.v")
 	cmd.Env = append(os.Environ(), "SYSTEST_XHOST_HELPER=client", "SYSTEST_XHOST_SERVERS="+strings.Join(servers, ","),
+		"SYSTEST_XHOST_TCP_PIDS="+strings.Join(tcpPids, ","), "SYSTEST_XHOST_STORAGE_PIDS="+strings.Join(storPids, ","),
 		"SYSTEST_XHOST_MGMTD="+strings.TrimPrefix(c.url, "ffkit://"), "SYSTEST_XHOST_TOKEN_FILE="+c.tokenFile,
-		"SYSTEST_XHOST_MB="+strconv.Itoa(mb), "SYSTEST_XHOST_ROUNDS="+strconv.Itoa(rounds), "FFKIT_LOCAL_READS=0")
+		"SYSTEST_XHOST_PROFILE="+os.Getenv("FFKIT_BENCH_CPUPROFILE"), "SYSTEST_XHOST_MB="+strconv.Itoa(mb), "SYSTEST_XHOST_ROUNDS="+strconv.Itoa(rounds), "FFKIT_LOCAL_READS=0")
 	cmd.Stderr = os.Stderr
 	out, err := cmd.StdoutPipe()
 	if err != nil {
@@ -89,9 +105,17 @@ func TestCrossHostBandwidth(t *testing.T) {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
+	cpu := map[string][][2]float64{}
 	sc := bufio.NewScanner(out)
 	for sc.Scan() {
 		l := sc.Text()
+		if f := strings.Fields(l); len(f) == 4 && f[0] == "XHOSTCPU" {
+			// CPU seconds per GiB moved: client side, server side.
+			cl, _ := strconv.ParseFloat(f[2], 64)
+			sv, _ := strconv.ParseFloat(f[3], 64)
+			cpu[f[1]] = append(cpu[f[1]], [2]float64{cl, sv})
+			continue
+		}
 		if !strings.HasPrefix(l, "XHOST ") {
 			continue
 		}
@@ -106,6 +130,18 @@ func TestCrossHostBandwidth(t *testing.T) {
 	for k, v := range res {
 		med[k] = median(v)
 		t.Logf("%-14s MiB/s per round %.0f", k, v)
+	}
+	var names []string
+	for k := range cpu {
+		names = append(names, k)
+	}
+	slices.Sort(names)
+	for _, k := range names {
+		var cl, sv []float64
+		for _, v := range cpu[k] {
+			cl, sv = append(cl, v[0]), append(sv, v[1])
+		}
+		t.Logf("%-14s CPU s per GiB: client %.2f, servers %.2f (medians)", k, median(cl), median(sv))
 	}
 	writeBound := min(med["tcp_write"], med["disk_write"]) / 3
 	t.Logf("cross-host, %d MiB per measurement, %d rounds, medians:", mb, rounds)
@@ -221,13 +257,14 @@ func xhostServe(ln net.Listener) error {
 	}
 }
 
-// xhostTCP moves n bytes in total over one connection per server at once:
-// MiB/s.
-func xhostTCP(servers []string, op byte, n int64, tcfg *tls.Config) (float64, error) {
-	per := n / int64(len(servers))
+// xhostTCP moves n bytes in total over conns connections per server at
+// once: MiB/s.
+func xhostTCP(servers []string, op byte, n int64, tcfg *tls.Config, conns int) (float64, error) {
+	per := n / int64(len(servers)*conns)
 	start := time.Now()
 	var g errgroup.Group
-	for _, s := range servers {
+	for i := range len(servers) * conns {
+		s := servers[i%len(servers)]
 		g.Go(func() error {
 			var conn net.Conn
 			var err error
@@ -267,7 +304,50 @@ func xhostTCP(servers []string, op byte, n int64, tcfg *tls.Config) (float64, er
 	if err := g.Wait(); err != nil {
 		return 0, err
 	}
-	return float64(per*int64(len(servers))) / time.Since(start).Seconds() / (1 << 20), nil
+	return float64(per*int64(len(servers)*conns)) / time.Since(start).Seconds() / (1 << 20), nil
+}
+
+// procCPU is the CPU time (user + system, seconds) the processes pids
+// used so far (nil: this process).
+func procCPU(pids []string) float64 {
+	if pids == nil {
+		pids = []string{"self"}
+	}
+	var ticks float64
+	for _, p := range pids {
+		b, err := os.ReadFile("/proc/" + p + "/stat")
+		if err != nil {
+			continue
+		}
+		// Fields after the command name (which may hold spaces): state is
+		// the first, utime the 12th, stime the 13th.
+		f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+1:]))
+		if len(f) > 12 {
+			u, _ := strconv.ParseFloat(f[11], 64)
+			s, _ := strconv.ParseFloat(f[12], 64)
+			ticks += u + s
+		}
+	}
+	return ticks / 100 // USER_HZ
+}
+
+// xhostProfile writes a CPU profile of this process, until the returned
+// function is called, to NAME.pprof in the directory SYSTEST_XHOST_PROFILE
+// (FFKIT_BENCH_CPUPROFILE of the test; unset: no profile).
+func xhostProfile(name string) func() {
+	dir := os.Getenv("SYSTEST_XHOST_PROFILE")
+	if dir == "" {
+		return func() {}
+	}
+	f, err := os.Create(filepath.Join(dir, name+".pprof"))
+	if err != nil {
+		return func() {}
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return func() {}
+	}
+	return func() { pprof.StopCPUProfile(); f.Close() }
 }
 
 // xhostClient is the client host's side: rounds of plain TCP reads and
@@ -278,6 +358,8 @@ func xhostClient() error {
 	servers := strings.Split(os.Getenv("SYSTEST_XHOST_SERVERS"), ",")
 	mb, _ := strconv.Atoi(os.Getenv("SYSTEST_XHOST_MB"))
 	rounds, _ := strconv.Atoi(os.Getenv("SYSTEST_XHOST_ROUNDS"))
+	tcpPids := strings.Split(os.Getenv("SYSTEST_XHOST_TCP_PIDS"), ",")
+	storPids := strings.Split(os.Getenv("SYSTEST_XHOST_STORAGE_PIDS"), ",")
 	tokenFile := os.Getenv("SYSTEST_XHOST_TOKEN_FILE")
 	token, err := client.ReadTokenFile(tokenFile)
 	if err != nil {
@@ -353,26 +435,45 @@ func xhostClient() error {
 		return err
 	}
 	for r := 0; r < rounds; r++ {
-		order := []string{"tcp_write", "tls_write", "cluster_write", "tcp_read", "tls_read", "cluster_read"}
+		order := []string{"tcp_write", "tcp_write_4c", "tls_write", "tls_write_4c", "cluster_write",
+			"tcp_read", "tcp_read_4c", "tls_read", "tls_read_4c", "cluster_read"}
 		if r%2 == 1 {
-			order = []string{"cluster_write", "tls_write", "tcp_write", "cluster_read", "tls_read", "tcp_read"}
+			slices.Reverse(order[:5])
+			slices.Reverse(order[5:])
 		}
 		for _, m := range order {
 			var v float64
 			var err error
+			var tcfg *tls.Config
+			if strings.HasPrefix(m, "tls_") {
+				tcfg = tb.ClientConfig()
+			}
+			conns := 1
+			if strings.HasSuffix(m, "_4c") {
+				conns = 4
+			}
+			stop := xhostProfile(fmt.Sprintf("client-%s-r%d", m, r))
+			spids := tcpPids
+			if strings.HasPrefix(m, "cluster_") {
+				spids = storPids
+			}
+			c0, s0 := procCPU(nil), procCPU(spids)
 			switch m {
-			case "tcp_write":
-				v, err = xhostTCP(servers, 'w', size, nil)
-			case "tcp_read":
-				v, err = xhostTCP(servers, 'r', size, nil)
-			case "tls_write":
-				v, err = xhostTCP(servers, 'w', size, tb.ClientConfig())
-			case "tls_read":
-				v, err = xhostTCP(servers, 'r', size, tb.ClientConfig())
 			case "cluster_write":
 				v, err = write(uint64(7100 + r))
 			case "cluster_read":
 				v, err = read(uint64(7100 + r))
+			default:
+				op := byte('r')
+				if strings.Contains(m, "_write") {
+					op = 'w'
+				}
+				v, err = xhostTCP(servers, op, size, tcfg, conns)
+			}
+			stop()
+			if err == nil {
+				gib := float64(size) / (1 << 30)
+				fmt.Printf("XHOSTCPU %s %.3f %.3f\n", m, (procCPU(nil)-c0)/gib, (procCPU(spids)-s0)/gib)
 			}
 			if err := report(m, v, err); err != nil {
 				return err

@@ -3,7 +3,6 @@ package transport
 import (
 	"bufio"
 	"context"
-	"crypto/tls"
 	"encoding/binary"
 	"encoding/json"
 	"errors"
@@ -126,7 +125,7 @@ func dial(ctx context.Context, addr string, opts Options, useTLS bool) (*Conn, e
 	raw.SetDeadline(handshakeDeadline(ctx, opts.DialTimeout))
 	nc := raw
 	if useTLS {
-		tc := tls.Client(raw, opts.Trust.ClientConfig())
+		tc := newTLSClient(raw, opts.Trust.ClientConfig())
 		if err := tc.HandshakeContext(ctx); err != nil {
 			raw.Close()
 			return nil, dialError(addr, "TLS handshake", err)
@@ -411,6 +410,14 @@ func writeFrame(nc net.Conn, mu *sync.Mutex, id uint64, typ byte, method uint16,
 	}
 	mu.Lock()
 	defer mu.Unlock()
+	if tc, ok := nc.(*tlsConn); ok && n >= batchMin {
+		tc.batch.begin()
+		_, err := bufs.WriteTo(nc)
+		if eerr := tc.batch.end(); err == nil {
+			err = eerr
+		}
+		return err
+	}
 	_, err := bufs.WriteTo(nc)
 	return err
 }

@@ -74,8 +74,13 @@ func newNonce() []byte {
 // exporter returns the TLS session's keying material for the proofs, or
 // nil on a plaintext connection.
 func exporter(nc net.Conn) ([]byte, error) {
-	tc, ok := nc.(*tls.Conn)
-	if !ok {
+	var tc *tls.Conn
+	switch c := nc.(type) {
+	case *tls.Conn:
+		tc = c
+	case *tlsConn:
+		tc = c.Conn
+	default:
 		return nil, nil
 	}
 	st := tc.ConnectionState()

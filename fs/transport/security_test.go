@@ -3,7 +3,6 @@ package transport
 import (
 	"bytes"
 	"context"
-	"crypto/tls"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -54,7 +53,7 @@ func TestTLSVerifiesBothSides(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, ok := c.nc.(*tls.Conn); !ok {
+	if _, ok := c.nc.(*tlsConn); !ok {
 		t.Fatalf("connection is %T, want TLS", c.nc)
 	}
 	mustCall(t, c)
@@ -76,7 +75,7 @@ func TestTLSVerifiesBothSides(t *testing.T) {
 	if err != nil {
 		t.Fatalf("client with the CA to a TLS-only loopback listener: %v", err)
 	}
-	if _, ok := c.nc.(*tls.Conn); !ok {
+	if _, ok := c.nc.(*tlsConn); !ok {
 		t.Fatalf("connection is %T, want TLS", c.nc)
 	}
 	mustCall(t, c)

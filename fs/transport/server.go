@@ -276,7 +276,7 @@ func (s *Server) accept(raw net.Conn) (net.Conn, string, error) {
 		if s.tlsConf == nil {
 			return nil, "", errors.New("TLS asked for, but this server has no member certificate")
 		}
-		tc := tls.Server(hs, s.tlsConf)
+		tc := newTLSServer(hs, s.tlsConf)
 		if err := tc.HandshakeContext(s.ctx); err != nil {
 			return nil, "", fmt.Errorf("TLS handshake: %w", err)
 		}

@@ -2,6 +2,7 @@ package transport
 
 import (
 	"context"
+	"syscall"
 	"math/rand/v2"
 	"testing"
 
@@ -54,6 +55,12 @@ func BenchmarkTLSCost(b *testing.B) {
 		}{{"read4MiB", 4 << 20, false}, {"write4MiB", 4 << 20, true}, {"read4KiB", 4 << 10, false}} {
 			b.Run(w.name+"/"+mode, func(b *testing.B) {
 				b.SetBytes(int64(w.n))
+				// CPU per GiB moved (both ends are this process): unlike
+				// MB/s, it holds still on a machine shared with other jobs.
+				cpu0 := cpuSeconds()
+				defer func() {
+					b.ReportMetric((cpuSeconds()-cpu0)/(float64(b.N)*float64(w.n)/(1<<30)), "cpu-s/GiB")
+				}()
 				b.SetParallelism(2) // 2 * GOMAXPROCS calls in flight
 				b.RunParallel(func(pb *testing.PB) {
 					rng := rand.New(rand.NewPCG(1, 2))
@@ -79,4 +86,11 @@ func BenchmarkTLSCost(b *testing.B) {
 		c.Close()
 		s.Close()
 	}
+}
+
+// cpuSeconds is the user + system CPU time this process used so far.
+func cpuSeconds() float64 {
+	var ru syscall.Rusage
+	syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return float64(ru.Utime.Nano()+ru.Stime.Nano()) / 1e9
 }
