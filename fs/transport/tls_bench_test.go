@@ -2,8 +2,8 @@ package transport
 
 import (
 	"context"
-	"syscall"
 	"math/rand/v2"
+	"syscall"
 	"testing"
 
 	"github.com/ffkit/ffkit/fs/trust"
