@@ -47,8 +47,17 @@ import (
 // (SYSTEST_XHOST_HELPER=client), the TCP ends on hosts 1-3 likewise
 // (SYSTEST_XHOST_HELPER=tcp).
 //
+// CPU seconds per GiB moved are reported for both ends of every
+// measurement (client process; storage or TCP server processes).
+//
 //	FFKIT_BENCH_NETNS=1 [FFKIT_BENCH_MB=256] [FFKIT_BENCH_ROUNDS=3] \
+//	    [FFKIT_BENCH_LINK=1gbit] [FFKIT_BENCH_CPUPROFILE=DIR] \
 //	    go test -run TestCrossHostBandwidth -v -timeout 30m ./fs/systest
+//
+// FFKIT_BENCH_LINK limits every host's link (tc tbf on its eth0 egress) to
+// a NIC's rate; FFKIT_BENCH_CPUPROFILE writes CPU profiles of the client
+// (one per measurement) to DIR (with FFKIT_STORAGE_CPUPROFILE=DIR/stor, of
+// the storage processes too).
 func TestCrossHostBandwidth(t *testing.T) {
 	if os.Getenv("FFKIT_BENCH_NETNS") == "" {
 		t.Skip("a benchmark: set FFKIT_BENCH_NETNS=1")
@@ -61,6 +70,17 @@ func TestCrossHostBandwidth(t *testing.T) {
 		rounds = v
 	}
 	c := startNSCluster(t, 2)
+	if rate := os.Getenv("FFKIT_BENCH_LINK"); rate != "" {
+		// Every host's link sends at most rate (tc tbf on its eth0), as a
+		// real NIC would; unset, a veth pair moves bytes as fast as the
+		// CPUs copy them.
+		for _, h := range c.nn.hosts {
+			if err := tcCmd(h, "qdisc", "add", "dev", "eth0", "root", "tbf", "rate", rate, "burst", "512kb", "latency", "50ms"); err != nil {
+				t.Fatal(err)
+			}
+		}
+		t.Logf("links limited to %s each way per host (tc tbf)", rate)
+	}
 	self, err := os.Executable()
 	if err != nil {
 		t.Fatal(err)
