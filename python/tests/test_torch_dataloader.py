@@ -136,8 +136,8 @@ def test_transform_runs_in_the_workers(gen):
         workers = set()
         for k, b in enumerate(dl):
             assert b["pid"] != os.getpid()
-            # Batch k went to worker (k // 2) mod 3: chunks of prefetch_factor // 2 = 2 batches.
-            assert b["worker"] == b["torch_worker"] == (k // 2) % 3
+            # Batch k went to worker (k // c) mod 3: chunks of c = prefetch_factor // 2 batches.
+            assert b["worker"] == b["torch_worker"] == (k // dl._chunk) % 3
             workers.add(b["pid"])
             idx = b["indices"].tolist()
             assert b["step"] == k
@@ -183,14 +183,21 @@ def test_worker_death_is_an_error_and_new_workers_continue(gen, tmp_path, monkey
     monkeypatch.setenv("DATALOADER_TEST_FLAG", str(flag))
     with ffkit.Loader(path, 200, seed=6) as L:
         want = [b.indices.tolist() for b in L]
-    with ft.DataLoader(path, 200, num_workers=2, seed=6, transform=_dies_at_step_2) as dl:
-        got = []
-        with pytest.raises(errors.EngineError, match="exit code 7"):
-            for b in dl:
-                got.append(b)
-        assert got == want[:2]
-        flag.touch()
-        assert list(dl) == want[2:]
+    for pf in (4, None):
+        flag.unlink(missing_ok=True)
+        with ft.DataLoader(path, 200, num_workers=2, seed=6, transform=_dies_at_step_2, prefetch_factor=pf) as dl:
+            got = []
+            with pytest.raises(errors.EngineError, match="exit code 7"):
+                for b in dl:
+                    got.append(b)
+            if pf == 4:
+                assert got == want[:2]  # chunks of 2: batches 0 and 1 came from the other worker
+            else:
+                # A longer chunk: the results the worker made before it died
+                # in it (batches 0 and 1) died with it; they come again.
+                assert got == want[: len(got)] and len(got) <= 2
+            flag.touch()
+            assert list(dl) == want[len(got):]
 
 
 def test_forked_workers_use_their_own_engine(gen):
