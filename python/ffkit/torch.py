@@ -297,9 +297,11 @@ _INFLIGHT_BYTES = 16 << 20  # ring bytes in flight per worker that the default p
 
 def _default_prefetch(path, batch_size):
     """prefetch_factor for batches of batch_size samples of path: as many
-    batches as fit in _INFLIGHT_BYTES, between 4 and 16 and even (chunks of
+    batches as fit in _INFLIGHT_BYTES, between 2 and 16 and even (chunks of
     half of it), from the mean sample size of the files' headers; 4 when
-    the files are not local.
+    the files are not local. Large batches need no long chunks (the
+    message is nothing beside the batch) and each slot in flight is ring
+    memory that the engine fills and the kernel first has to fault in.
 
     At 4 KiB samples the hand-off to the workers costs more per message
     than the transform itself: chunks of 8 batches took the CPU per batch of
@@ -327,7 +329,7 @@ def _default_prefetch(path, batch_size):
         return 4
     per_batch = total / n * max(1, batch_size)
     pf = int(_INFLIGHT_BYTES // per_batch) // 2 * 2
-    return min(16, max(4, pf))
+    return min(16, max(2, pf))
 
 
 class WorkerInfo:
@@ -634,11 +636,16 @@ class DataLoader:
             worker in chunks of ``prefetch_factor // 2`` consecutive
             batches, answered with one message: one hand-off each way per
             chunk rather than per batch. Default: as many as fit in
-            _INFLIGHT_BYTES (16 MiB) per worker, between 4 and 16, from
+            _INFLIGHT_BYTES (16 MiB) per worker, between 2 and 16, from
             the mean sample size of the dataset's local files (4 when that
             is not known): small batches go in long chunks, large ones do
             not take more ring memory than they need.
-        persistent_workers: keep the workers between epochs.
+        persistent_workers: keep the workers between epochs. Without it
+            (and at close) the idle workers go to a pool, and the next
+            iteration or DataLoader with the same transform, decode and
+            worker_init_fn (pickled to the same bytes), start method and
+            worker count reuses them, reseeded, instead of forking (see
+            _IDLE_S; FFKIT_TORCH_POOL=0 turns that off).
         worker_init_fn: called with the worker id in each worker first.
         multiprocessing_context: a context or start method name (default
             torch.multiprocessing's); with "spawn" or "forkserver" the
@@ -687,6 +694,11 @@ class DataLoader:
         # The ring must hold the batches in flight in the workers besides
         # those the caller holds.
         self._inflight = self.num_workers * self.prefetch_factor
+        if self.num_workers == 0 or self.transform is to_tensors:
+            # Read and made here (see __iter__): no worker holds slots, and
+            # every extra slot costs its first touch (page faults, zeroed
+            # pages) when the engine first fills it.
+            self._inflight = 0
         self._chunk = max(1, self.prefetch_factor // 2)
         hold = int(loader_options.pop("hold", 2))
         self._loader = Loader(path, self.batch_size, shuffle=shuffle, seed=seed, rank=rank, world_size=world_size,
