@@ -48,16 +48,23 @@ for i in range(20000):
         f.write(r.randbytes(r.randint(1024, 16384)))
 PY
 
-# run PREFIX DATASET: pack, verify, load and bench read one dataset.
+# run PREFIX DATASET [BENCH-READ-FLAGS...]: pack, verify, load and bench
+# read one dataset.
 run() {
   local p=$1 ds=$2
+  shift 2
   step "$p-pack" "$ffkit" pack "$out/src" -o "$ds" --shard-size 64M
   step "$p-verify" "$ffkit" verify "$ds"
   step "$p-load" "$ffkit" load "$ds" --batch-size 256 --shuffle --seed 1 --epochs 1 --json
-  step "$p-bench-read" "$ffkit" bench read "$ds" --batch-size 256 --duration 2s --json
+  step "$p-bench-read" "$ffkit" bench read "$ds" --batch-size 256 "$@" --json
 }
 
-run local "$out/ds"
+# The local read check is the warm one (the dataset is read into the page
+# cache before each phase), the case the pread baseline is the yardstick
+# for: without --warm each phase starts from an evicted cache and refills it
+# as it goes, and 2 s in 3 rounds on a shared machine swung 0.6-1.3x from
+# run to run (docs/perf/loader.md, "The quickstart's read check").
+run local "$out/ds" --warm --duration 6s --rounds 6 --warmup 200ms
 step local-inspect "$ffkit" inspect "$out/ds"
 step python "$py" -c '
 import sys, ffkit
@@ -80,11 +87,11 @@ for _ in $(seq 600); do
 done
 url=$(head -n 1 "$out/steps/fs-up.out")
 [ -n "$url" ] || { cat "$out/steps/fs-up.err" >&2; echo "quickstart: FAILED: ffkit fs up did not come up in 5 min" >&2; exit 1; }
-run cluster "$url/ds"
+run cluster "$url/ds" --duration 2s
 
 s=$out/steps
 echo "quickstart: ok: packed, verified and loaded 20000 samples locally and on a 3-node cluster" \
   "(outputs in quickstart-out/). local: load $(field "$s/local-load.out" samples_per_s) samples/s," \
-  "ReadBatch $(field "$s/local-bench-read.out" samples_per_s) vs plain pread $(field "$s/local-bench-read.out" baseline_samples_per_s) samples/s;" \
+  "warm ReadBatch $(field "$s/local-bench-read.out" samples_per_s) vs plain pread $(field "$s/local-bench-read.out" baseline_samples_per_s) samples/s (CRCs checked, median sample 8.5 KiB);" \
   "cluster: load $(field "$s/cluster-load.out" samples_per_s) samples/s," \
   "ReadBatch $(field "$s/cluster-bench-read.out" samples_per_s) vs pread $(field "$s/cluster-bench-read.out" baseline_samples_per_s) samples/s"

@@ -14,6 +14,11 @@ CRCs checked), samples/s of:
                   to_tensors) run in W workers: batches go to the workers as
                   slot numbers and come back as views of the main process's
                   ring (the worker path's own cost)
+  ffkit.torch.DataLoader+transform+fresh
+                  the same with the worker pool off (FFKIT_TORCH_POOL=0):
+                  this DataLoader forks its workers, as the first one in a
+                  process does; with the pool, later DataLoaders with the
+                  same transform reuse the idle workers of earlier ones
   torch+Dataset   torch.utils.data.DataLoader(ffkit.torch.Dataset,
                   batch_size=None, num_workers=W): each worker a loader of
                   its own, batches moved by PyTorch (the old path)
@@ -27,7 +32,7 @@ within each round; the ratios are medians of the per-round ratios (the
 machine is shared).
 
     python3 python/bench/bench_torch.py [--samples 32768] [--size 4096]
-        [--batch-size 256] [--epochs 3] [--workers 2] [--rounds 5] [--json]
+        [--batch-size 256] [--epochs 3] [--workers 2] [--rounds 5] [--only A,B] [--json]
 """
 import argparse
 import json
@@ -104,6 +109,19 @@ def run_ffkit_dataloader_transform(ffr, bs, epochs, workers):
     return n / (time.perf_counter() - t)
 
 
+def run_ffkit_dataloader_transform_fresh(ffr, bs, epochs, workers):
+    """The same as run_ffkit_dataloader_transform with the worker pool off:
+    the DataLoader forks its workers (what every DataLoader paid before the
+    pool, and what the first one of a process still pays)."""
+    import ffkit.torch as ft
+
+    was, ft._POOL_ON = ft._POOL_ON, False
+    try:
+        return run_ffkit_dataloader_transform(ffr, bs, epochs, workers)
+    finally:
+        ft._POOL_ON = was
+
+
 def run_torch_dataset(ffr, bs, epochs, workers):
     import torch.utils.data as tud
 
@@ -146,6 +164,7 @@ RUNS = {
     "loader": run_loader,
     "ffkit.torch.DataLoader": run_ffkit_dataloader,
     "ffkit.torch.DataLoader+transform": run_ffkit_dataloader_transform,
+    "ffkit.torch.DataLoader+transform+fresh": run_ffkit_dataloader_transform_fresh,
     "torch+Dataset": run_torch_dataset,
     "hfai-torch": run_hfai_torch,
 }
@@ -161,12 +180,17 @@ def main():
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--dir", default=None, help="where to write the data (default: a temp dir, removed after)")
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--only", default=None, help="comma-separated contenders to run (default: all)")
     a = ap.parse_args()
 
     d = a.dir or tempfile.mkdtemp(prefix="ffkit-bench-torch-")
     try:
         ffr = make_data(d, a.samples, a.size)
+        if a.only:
+            for k in set(RUNS) - set(a.only.split(",")):
+                del RUNS[k]
         rounds = []
+        load0 = os.getloadavg()[0]
         for r in range(a.rounds):
             # Alternate the order between rounds so no contender always runs
             # first (or right after the heaviest).
@@ -183,12 +207,14 @@ def main():
             shutil.rmtree(d, ignore_errors=True)
 
     def paired(num, den):
+        if num not in RUNS or den not in RUNS:
+            return None
         return statistics.median(x[num] / x[den] for x in rounds)
 
     dl = "ffkit.torch.DataLoader"
     result = {
         "samples": a.samples, "sample_bytes": a.size, "batch_size": a.batch_size, "epochs": a.epochs,
-        "workers": a.workers, "load_average": load,
+        "workers": a.workers, "load_average": load, "load_average_start": load0,
         "samples_per_s_median": {k: statistics.median(x[k] for x in rounds) for k in RUNS},
         "rounds": rounds,
         "ratios": {
@@ -197,6 +223,8 @@ def main():
             f"{dl} / torch+Dataset": paired(dl, "torch+Dataset"),
             f"{dl}+transform / loader": paired(dl + "+transform", "loader"),
             f"{dl}+transform / hfai-torch": paired(dl + "+transform", "hfai-torch"),
+            f"{dl}+transform+fresh / loader": paired(dl + "+transform+fresh", "loader"),
+            f"{dl}+transform+fresh / hfai-torch": paired(dl + "+transform+fresh", "hfai-torch"),
             "torch+Dataset / loader": paired("torch+Dataset", "loader"),
         },
     }
@@ -204,13 +232,15 @@ def main():
         print(json.dumps(result, indent=2))
         return
     print(f"dataset: {a.samples} samples x {a.size} B, batch {a.batch_size}, {a.epochs} epochs, {a.workers} workers, "
-          f"page cache warm, {a.rounds} rounds, load average {load:.1f} on {os.cpu_count()} CPUs")
+          f"page cache warm, {a.rounds} rounds, load average {load:.1f} on {os.cpu_count()} CPUs "
+          f"(at the start {load0:.1f})")
     print("samples/s, median of rounds:")
     for k, v in result["samples_per_s_median"].items():
         print(f"  {k:34s} {v:12.0f}  {v * a.size / 2**20:9.1f} MiB/s")
     print("ratios: median over rounds of the ratio within each round")
     for k, v in result["ratios"].items():
-        print(f"  {k:50s} {v:.2f}")
+        if v is not None:
+            print(f"  {k:50s} {v:.2f}")
 
 
 if __name__ == "__main__":

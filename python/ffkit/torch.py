@@ -23,6 +23,7 @@ its shared ring) and the worker processes only run the transform on views of
 that ring, so the batches and their order are those of ``num_workers=0`` for
 any number of workers, and the resume state is the loader's.
 """
+import atexit
 import collections
 import io
 import multiprocessing.reduction
@@ -30,6 +31,9 @@ import os
 import pickle
 import random
 import select
+import sys
+import threading
+import time
 
 import numpy as np
 import torch
@@ -37,6 +41,7 @@ import torch.multiprocessing
 import torch.utils.data
 
 from . import errors
+from .ffrecord import _paths
 from .loader import Batch, Loader, _decoder, _dist_defaults
 
 __all__ = ["DataLoader", "Dataset", "WorkerInfo", "get_worker_info", "to_tensors"]
@@ -57,6 +62,28 @@ def to_tensors(batch):
     n = len(pos)
     if n == 0:
         return {"indices": torch.from_numpy(batch.indices), "samples": []}
+    L = batch._grid
+    if L > 0:
+        # Every sample is L bytes at a multiple of L (the engine checked):
+        # row k of the slot holds the samples whose start is k * L. When
+        # the rows k0..k0+n-1 hold the n samples once each, the order of
+        # the rows is found by one scatter, not a sort.
+        # The rows usually start at the slot's start (k0 = 0): tried first,
+        # an index past n says otherwise.
+        k = pos[:, 0] // L
+        order = np.empty(n, np.int64)
+        order.fill(-1)
+        k0 = 0
+        try:
+            order[k] = np.arange(n)
+        except IndexError:
+            k0 = int(k.min())
+            order.fill(-1)
+            if int(k.max()) - k0 < n:
+                order[k - k0] = np.arange(n)
+        if order.min() >= 0:
+            rows = batch.data[k0 * L : (k0 + n) * L].reshape(n, L)
+            return {"indices": torch.from_numpy(batch.indices[order]), "samples": torch.from_numpy(rows)}
     lens = pos[:, 1] - pos[:, 0]
     L = int(lens[0])
     if L > 0 and (lens == L).all():
@@ -182,6 +209,128 @@ class Dataset(torch.utils.data.IterableDataset):
 _BY_VALUE = 1 << 20
 _POLL_S = 5.0  # how often a waiting side checks that its peer still lives
 
+# Workers outlive their DataLoader in a small pool, so that the next
+# DataLoader (or the next epoch of one without persistent_workers) with the
+# same transform starts without forking: a fork of a process with torch
+# loaded, and the new worker's first batch, cost 100-300 ms on a loaded
+# 2-CPU machine, as much as a whole epoch of a small dataset. A set of
+# workers is reused only by a DataLoader whose transform, decode and
+# worker_init_fn pickle to the same bytes (so the workers hold the same
+# code and state as fresh ones would) and with the same start method and
+# worker count; it is reseeded for each use. Idle workers drop their
+# mapping of the ring and exit by themselves after _IDLE_S unused.
+_IDLE_S = 20.0
+_POOL_ON = os.environ.get("FFKIT_TORCH_POOL", "1") != "0"  # 0: every DataLoader forks its own
+_POOL_SETS = 2  # idle worker sets kept per key
+_POOL_KEY_MAX = 1 << 16  # a transform that pickles larger is not pooled
+_pool_lock = threading.Lock()  # guards _pool and _pool_pid
+_pool = {}  # key -> [(time.monotonic() when pooled, workers)]
+_pool_pid = None  # the process the pool belongs to (a forked child starts empty)
+
+
+def _pool_take(key):
+    """An idle worker set for key, or None."""
+    global _pool_pid
+    now = time.monotonic()
+    stale = []
+    got = None
+    with _pool_lock:
+        if _pool_pid != os.getpid():
+            _pool.clear()  # a forked child: the workers are its parent's
+            _pool_pid = os.getpid()
+        sets = _pool.get(key, [])
+        while sets:
+            since, ws = sets.pop()
+            # Near its idle limit a worker may be exiting: do not race it.
+            if now - since < _IDLE_S / 2 and all(p.is_alive() for p, *_ in ws):
+                got = ws
+                break
+            stale.append(ws)
+    for ws in stale:
+        _stop(ws)
+    return got
+
+
+def _pool_put(key, ws):
+    """Keeps an idle worker set for key (False: the pool is full)."""
+    global _pool_pid
+    with _pool_lock:
+        if _pool_pid != os.getpid():
+            _pool.clear()
+            _pool_pid = os.getpid()
+        sets = _pool.setdefault(key, [])
+        if len(sets) >= _POOL_SETS:
+            return False
+        sets.append((time.monotonic(), ws))
+    return True
+
+
+def _pool_close():
+    """Stops every pooled worker (at exit)."""
+    with _pool_lock:
+        sets = [ws for v in _pool.values() for _, ws in v] if _pool_pid == os.getpid() else []
+        _pool.clear()
+    for ws in sets:
+        _stop(ws)
+
+
+def _stop(workers):
+    """Tells the workers to exit and waits for them."""
+    for p, conn, *_ in workers:
+        try:
+            conn.send_bytes(pickle.dumps(None))
+        except (OSError, ValueError):
+            pass
+    for p, conn, *_ in workers:
+        p.join(timeout=_POLL_S)
+        if p.is_alive():
+            p.kill()
+            p.join()
+        conn.close()
+
+
+atexit.register(_pool_close)
+
+
+_INFLIGHT_BYTES = 16 << 20  # ring bytes in flight per worker that the default prefetch_factor aims at
+
+
+def _default_prefetch(path, batch_size):
+    """prefetch_factor for batches of batch_size samples of path: as many
+    batches as fit in _INFLIGHT_BYTES, between 2 and 16 and even (chunks of
+    half of it), from the mean sample size of the files' headers; 4 when
+    the files are not local. Large batches need no long chunks (the
+    message is nothing beside the batch) and each slot in flight is ring
+    memory that the engine fills and the kernel first has to fault in.
+
+    At 4 KiB samples the hand-off to the workers costs more per message
+    than the transform itself: chunks of 8 batches took the CPU per batch of
+    the main process and the workers from 313+312 to 78-195+78-195 us
+    (steady state, 2 workers; docs/perf/python.md)."""
+    try:
+        total = n = 0
+        for p in _paths(path):
+            if "://" in p:
+                return 4
+            files = [p]
+            if os.path.isdir(p):
+                files = sorted(os.path.join(p, f) for f in os.listdir(p) if f.endswith(".ffr"))
+            for f in files:
+                with open(f, "rb") as fh:
+                    head = fh.read(12)
+                    size = os.fstat(fh.fileno()).st_size
+                if len(head) < 12:
+                    return 4
+                k = int.from_bytes(head[4:12], "little")
+                total, n = total + size - 12 - 12 * k, n + k
+    except (OSError, TypeError, ValueError):
+        return 4
+    if n <= 0 or total <= 0:
+        return 4
+    per_batch = total / n * max(1, batch_size)
+    pf = int(_INFLIGHT_BYTES // per_batch) // 2 * 2
+    return min(16, max(2, pf))
+
 
 class WorkerInfo:
     """What a transform running in an ``ffkit.torch.DataLoader`` worker can
@@ -209,25 +358,24 @@ def get_worker_info():
     return torch.utils.data.get_worker_info()
 
 
-def _torch_dtype(name):
-    dt = getattr(torch, name.rpartition(".")[2], None)
-    if not isinstance(dt, torch.dtype):
-        raise errors.EngineError(f"ffkit.torch: unknown dtype {name!r} in a worker's result")
-    return dt
-
-
 def _extent(shape, strides, itemsize):
     """Bytes spanned by an array of that shape and (non-negative) byte strides."""
-    if any(d == 0 for d in shape):
+    if 0 in shape:
         return 0
     return sum((d - 1) * s for d, s in zip(shape, strides)) + itemsize
 
 
 class _Pickler(pickle.Pickler):
-    """A worker's result pickler: views of the ring [lo, hi) become persistent
-    ids naming their place in the ring; everything else pickles as with
+    """A worker's result pickler: views of the ring [lo, hi) become calls
+    of _ring_tensor / _ring_array / _ring_memoryview naming their place in
+    the ring; small tensors go by value; everything else pickles as with
     multiprocessing's ForkingPickler (PyTorch's shared-memory reductions
-    included), whose dispatch table is copied once, not per result."""
+    included), whose dispatch table is copied once, not per result.
+
+    reducer_override (not persistent_id) because the pickler calls it only
+    for objects that are not plain ints, strs, tuples, lists or dicts: a
+    typical result (a dict of a few tensors) costs a few Python calls, not
+    one per element of every shape and key."""
 
     _table = None
 
@@ -242,91 +390,119 @@ class _Pickler(pickle.Pickler):
         super().__init__(f, pickle.HIGHEST_PROTOCOL)
         self._lo, self._hi = lo, hi
 
-    def persistent_id(self, obj):
+    def reducer_override(self, obj):
         if isinstance(obj, torch.Tensor):
             if (obj.device.type != "cpu" or obj.layout != torch.strided or obj.requires_grad
                     or obj.is_quantized or obj.numel() == 0):
-                return None
+                return NotImplemented
             es = obj.element_size()
-            ptr = obj.untyped_storage().data_ptr() + obj.storage_offset() * es
-            strides = tuple(s * es for s in obj.stride())
-            if self._lo <= ptr < self._hi and min(strides, default=0) >= 0:
-                if ptr + _extent(obj.shape, strides, es) <= self._hi:
-                    return ("t", ptr - self._lo, tuple(obj.shape), strides, str(obj.dtype))
+            ptr = obj.data_ptr()
+            if self._lo <= ptr < self._hi:
+                strides = tuple(s * es for s in obj.stride())
+                if min(strides, default=0) >= 0 and ptr + _extent(obj.shape, strides, es) <= self._hi:
+                    return _ring_tensor, (ptr - self._lo, tuple(obj.shape), strides, obj.dtype)
             if obj.numel() * es <= _BY_VALUE and type(obj) is torch.Tensor:
                 c = obj.contiguous()
                 raw = c.view(torch.uint8) if c.dim() else c.reshape(1).view(torch.uint8)
-                return ("v", raw.numpy().tobytes(), tuple(obj.shape), str(obj.dtype))
-            return None
+                return _value_tensor, (raw.numpy().tobytes(), tuple(obj.shape), obj.dtype)
+            return NotImplemented
         if isinstance(obj, np.ndarray):
             if obj.size == 0 or obj.dtype.hasobject:
-                return None
+                return NotImplemented
             ptr = obj.__array_interface__["data"][0]
             if self._lo <= ptr < self._hi and min(obj.strides, default=0) >= 0:
                 if ptr + _extent(obj.shape, obj.strides, obj.itemsize) <= self._hi:
-                    return ("n", ptr - self._lo, obj.shape, obj.strides, obj.dtype.str)
-            return None
+                    return _ring_array, (ptr - self._lo, obj.shape, obj.strides, obj.dtype.str)
+            return NotImplemented
         if isinstance(obj, memoryview):
             if obj.c_contiguous and obj.nbytes:
                 ptr = np.frombuffer(obj.cast("B") if obj.format != "B" or obj.ndim != 1 else obj,
                                     np.uint8).__array_interface__["data"][0]
                 if self._lo <= ptr and ptr + obj.nbytes <= self._hi:
-                    return ("m", ptr - self._lo, obj.nbytes)
-            return ("b", obj.tobytes())
-        return None
+                    return _ring_memoryview, (ptr - self._lo, obj.nbytes)
+            return _value_memoryview, (obj.tobytes(),)
+        return NotImplemented
 
 
-class _Unpickler(pickle.Unpickler):
-    """The main process's side: ring references become views of the batch's
-    slot (slot_off is the slot's offset in the ring), which keep it lent."""
+class _Slot:
+    """Where the ring views of a result being unpickled land: the batch's
+    slot (a uint8 numpy view of the main process's ring) at slot_off."""
 
-    def __init__(self, f, buf, slot_off):
-        super().__init__(f)
-        self._buf = buf  # the batch's slot (uint8 numpy view of the ring)
-        self._slot_off = slot_off
-        self._base = None
-        self.views = 0  # ring views made
+    __slots__ = ("buf", "slot_off", "base", "views")
 
-    def _place(self, off, nbytes):
-        rel = off - self._slot_off
-        if rel < 0 or rel + nbytes > len(self._buf):
+    def __init__(self, buf, slot_off):
+        self.buf, self.slot_off, self.base, self.views = buf, slot_off, None, 0
+
+    def place(self, off, nbytes):
+        rel = off - self.slot_off
+        if rel < 0 or rel + nbytes > len(self.buf):
             raise errors.UsageError(
                 "ffkit.torch.DataLoader: a worker's transform returned a view of memory outside its batch "
                 "(keep no views of earlier batches in the worker; copy what you keep)")
         self.views += 1
         return rel
 
-    def persistent_load(self, pid):
-        kind = pid[0]
-        if kind == "t":
-            _, off, shape, strides, dtype = pid
-            dt = _torch_dtype(dtype)
-            es = dt.itemsize
-            n = _extent(shape, strides, es)
-            rel = self._place(off, n)
-            if self._base is None:
-                self._base = torch.from_numpy(self._buf)
-            seg = self._base[rel : rel + n]
-            if dt != torch.uint8:
-                seg = seg.view(dt)
-            return seg.as_strided(shape, tuple(s // es for s in strides))
-        if kind == "n":
-            _, off, shape, strides, dtype = pid
-            dt = np.dtype(dtype)
-            rel = self._place(off, _extent(shape, strides, dt.itemsize))
-            return np.ndarray(shape, dt, buffer=self._buf, offset=rel, strides=strides)
-        if kind == "m":
-            _, off, n = pid
-            rel = self._place(off, n)
-            return memoryview(self._buf[rel : rel + n])
-        if kind == "v":
-            _, raw, shape, dtype = pid
-            dt = _torch_dtype(dtype)
-            t = torch.frombuffer(bytearray(raw), dtype=dt) if raw else torch.empty(0, dtype=dt)
-            return t.reshape(shape)
-        if kind == "b":
-            return memoryview(bytearray(pid[1]))
-        raise pickle.UnpicklingError(f"ffkit.torch: unknown persistent id {kind!r}")
+
+_unpickling = threading.local()  # .slot: the _Slot of the result being unpickled in this thread
+
+
+def _slot():
+    slot = getattr(_unpickling, "slot", None)
+    if slot is None:
+        raise pickle.UnpicklingError("ffkit.torch: a view of a DataLoader ring outside its DataLoader")
+    return slot
+
+
+def _ring_tensor(off, shape, strides, dtype):
+    slot = _slot()
+    es = dtype.itemsize
+    n = _extent(shape, strides, es)
+    rel = slot.place(off, n)
+    if slot.base is None:
+        slot.base = torch.from_numpy(slot.buf)
+    seg = slot.base[rel : rel + n]
+    if dtype != torch.uint8:
+        seg = seg.view(dtype)
+    if len(shape) == 1 and strides[0] == es:
+        return seg
+    return seg.as_strided(shape, tuple(s // es for s in strides))
+
+
+def _ring_array(off, shape, strides, dtype):
+    slot = _slot()
+    dt = np.dtype(dtype)
+    rel = slot.place(off, _extent(shape, strides, dt.itemsize))
+    return np.ndarray(shape, dt, buffer=slot.buf, offset=rel, strides=strides)
+
+
+def _ring_memoryview(off, n):
+    slot = _slot()
+    rel = slot.place(off, n)
+    return memoryview(slot.buf[rel : rel + n])
+
+
+def _value_tensor(raw, shape, dtype):
+    if not raw:
+        return torch.empty(shape, dtype=dtype)
+    t = torch.frombuffer(bytearray(raw), dtype=dtype)
+    return t if len(shape) == 1 else t.reshape(shape)
+
+
+def _value_memoryview(raw):
+    return memoryview(bytearray(raw))
+
+
+def _unpickle_result(data, buf, slot_off):
+    """A worker's result (bytes after the one-byte tag) as objects whose
+    ring views view buf, the batch's slot at slot_off; and whether any
+    does."""
+    slot = _Slot(buf, slot_off)
+    _unpickling.slot = slot
+    try:
+        out = pickle.loads(memoryview(data)[1:])
+    finally:
+        _unpickling.slot = None
+    return out, slot.views
 
 
 def _worker_loop(wid, num_workers, conn, transform, decode, seed, init_fn, parent):
@@ -343,6 +519,7 @@ def _worker_loop(wid, num_workers, conn, transform, decode, seed, init_fn, paren
     random.seed(seed)
     torch.manual_seed(seed)
     _worker_info = WorkerInfo(wid, num_workers, seed)
+    tw = None
     try:
         from torch.utils.data._utils import worker as tw
 
@@ -352,13 +529,16 @@ def _worker_loop(wid, num_workers, conn, transform, decode, seed, init_fn, paren
         pass
     decode = _decoder(decode)
     ring, lo, hi = None, 0, 0
+    idle = None  # time.monotonic() when pooled (idle), else None
     try:
         if init_fn is not None:
             init_fn(wid)
         while True:
-            if not conn.poll(_POLL_S):
+            if not conn.poll(_POLL_S if idle is None else min(_POLL_S, _IDLE_S / 4)):
                 if os.getppid() != parent:
                     return
+                if idle is not None and time.monotonic() - idle > _IDLE_S:
+                    return  # unused in the pool for long enough
                 continue
             try:
                 msg = pickle.loads(conn.recv_bytes())
@@ -366,6 +546,27 @@ def _worker_loop(wid, num_workers, conn, transform, decode, seed, init_fn, paren
                 return
             if msg is None:
                 return
+            if msg[0] == "idle":
+                # Back in the pool: let go of the ring (the loader that owns
+                # it may close; a mapping would pin its memory).
+                ring = base = None
+                lo = hi = 0
+                idle = time.monotonic()
+                continue
+            if msg[0] == "start":
+                # Taken from the pool by a new iteration: reseed as a new
+                # worker would be, and say so.
+                idle = None
+                seed = msg[1]
+                random.seed(seed)
+                torch.manual_seed(seed)
+                _worker_info = WorkerInfo(wid, num_workers, seed)
+                try:
+                    tw._worker_info = tw.WorkerInfo(id=wid, num_workers=num_workers, seed=seed, dataset=None)
+                except Exception:
+                    pass
+                conn.send_bytes(pickle.dumps("ready"))
+                continue
             if msg[0] == "ring":
                 fd = multiprocessing.reduction.recv_handle(conn)
                 import mmap
@@ -431,11 +632,20 @@ class DataLoader:
             batch past the call (copy what you keep). ``to_tensors`` itself
             runs in this process (it only makes views: a worker would add a
             round trip and nothing else), so with it no worker starts.
-        prefetch_factor: batches in flight per worker (default 4). They go to
-            the worker in chunks of ``prefetch_factor // 2`` consecutive
+        prefetch_factor: batches in flight per worker. They go to the
+            worker in chunks of ``prefetch_factor // 2`` consecutive
             batches, answered with one message: one hand-off each way per
-            chunk rather than per batch.
-        persistent_workers: keep the workers between epochs.
+            chunk rather than per batch. Default: as many as fit in
+            _INFLIGHT_BYTES (16 MiB) per worker, between 2 and 16, from
+            the mean sample size of the dataset's local files (4 when that
+            is not known): small batches go in long chunks, large ones do
+            not take more ring memory than they need.
+        persistent_workers: keep the workers between epochs. Without it
+            (and at close) the idle workers go to a pool, and the next
+            iteration or DataLoader with the same transform, decode and
+            worker_init_fn (pickled to the same bytes), start method and
+            worker count reuses them, reseeded, instead of forking (see
+            _IDLE_S; FFKIT_TORCH_POOL=0 turns that off).
         worker_init_fn: called with the worker id in each worker first.
         multiprocessing_context: a context or start method name (default
             torch.multiprocessing's); with "spawn" or "forkserver" the
@@ -450,7 +660,7 @@ class DataLoader:
     """
 
     def __init__(self, dataset, batch_size=None, num_workers=0, *, shuffle=True, seed=0, rank=None, world_size=None,
-                 drop_last=False, transform=None, prefetch_factor=4, persistent_workers=False, worker_init_fn=None,
+                 drop_last=False, transform=None, prefetch_factor=None, persistent_workers=False, worker_init_fn=None,
                  multiprocessing_context=None, timeout=0, **loader_options):
         if isinstance(dataset, Dataset):
             path, shuffle, seed = dataset.path, dataset.shuffle, dataset.seed
@@ -464,6 +674,8 @@ class DataLoader:
             if batch_size is None:
                 raise errors.UsageError("ffkit.torch.DataLoader: batch_size is required with a path")
         self.num_workers = int(num_workers)
+        if prefetch_factor is None:
+            prefetch_factor = _default_prefetch(path, int(batch_size))
         self.prefetch_factor = max(1, int(prefetch_factor or 1))
         if self.num_workers < 0:
             raise errors.UsageError(f"ffkit.torch.DataLoader: num_workers must be >= 0, got {num_workers}")
@@ -482,12 +694,19 @@ class DataLoader:
         # The ring must hold the batches in flight in the workers besides
         # those the caller holds.
         self._inflight = self.num_workers * self.prefetch_factor
+        if self.num_workers == 0 or self.transform is to_tensors:
+            # Read and made here (see __iter__): no worker holds slots, and
+            # every extra slot costs its first touch (page faults, zeroed
+            # pages) when the engine first fills it.
+            self._inflight = 0
         self._chunk = max(1, self.prefetch_factor // 2)
         hold = int(loader_options.pop("hold", 2))
         self._loader = Loader(path, self.batch_size, shuffle=shuffle, seed=seed, rank=rank, world_size=world_size,
                               drop_last=drop_last, hold=hold + self._inflight, **loader_options)
         self._workers = []  # [process, connection, ring generation it has, poller, outbox, results]
         self._rewind = False  # an iteration stopped with batches in flight
+        self._busy = False  # an iteration has batches in flight in the workers
+        self._key = False  # the pool key, once computed (None: not pooled)
         if state is not None and (state.get("loader") is not None or state.get("epoch")):
             self.load_state_dict(state)
         self._state = self._loader.state_dict()
@@ -543,10 +762,46 @@ class DataLoader:
 
     # -- workers -----------------------------------------------------------
 
+    def _pool_key(self):
+        """The key under which this DataLoader's workers can be pooled and
+        reused, or None (see _IDLE_S)."""
+        if self._key is False:
+            try:
+                code = pickle.dumps((self.transform, self._decode, self.worker_init_fn), pickle.HIGHEST_PROTOCOL)
+            except Exception:
+                code = None  # a lambda, a closure: forked workers only
+            method = self._ctx.get_start_method() if hasattr(self._ctx, "get_start_method") else None
+            self._key = None
+            if code is not None and len(code) <= _POOL_KEY_MAX and method is not None and _POOL_ON:
+                self._key = (method, self.num_workers, code)
+        return self._key
+
+    def _wake(self, workers, seed):
+        """Reseeds pooled workers for this DataLoader; False if one of them
+        is gone (it exited by itself, idle for too long)."""
+        self._workers = workers
+        try:
+            for w, (p, conn, *_) in enumerate(workers):
+                conn.send_bytes(pickle.dumps(("start", seed + w)))
+                workers[w][2] = None  # it has no ring
+            for w in range(len(workers)):
+                if pickle.loads(self._wait(w)) != "ready":
+                    raise errors.EngineError("ffkit.torch.DataLoader: a pooled worker answered out of turn")
+            return True
+        except (OSError, ValueError, errors.EngineError):
+            self._workers = []
+            _stop(workers)
+            return False
+
     def _start_workers(self):
         if self._workers:
             return
         seed = int(torch.empty((), dtype=torch.int64).random_().item())
+        key = self._pool_key()
+        if key is not None:
+            ws = _pool_take(key)
+            if ws is not None and self._wake(ws, seed):
+                return
         try:
             for w in range(self.num_workers):
                 parent, child = self._ctx.Pipe(duplex=True)
@@ -570,17 +825,25 @@ class DataLoader:
 
     def _stop_workers(self):
         workers, self._workers = self._workers, []
-        for p, conn, *_ in workers:
+        _stop(workers)
+
+    def _release_workers(self):
+        """Hands idle workers (nothing in flight) to the pool for the next
+        DataLoader or iteration with the same transform; stops them if they
+        cannot be pooled."""
+        workers, self._workers = self._workers, []
+        if not workers:
+            return
+        key = self._pool_key()
+        if key is not None and not sys.is_finalizing():
             try:
-                conn.send_bytes(pickle.dumps(None))
+                for p, conn, *_ in workers:
+                    conn.send_bytes(pickle.dumps(("idle",)))
+                if _pool_put(key, workers):
+                    return
             except (OSError, ValueError):
                 pass
-        for p, conn, *_ in workers:
-            p.join(timeout=_POLL_S)
-            if p.is_alive():
-                p.kill()
-                p.join()
-            conn.close()
+        _stop(workers)
 
     def _send(self, w, b, ring_base):
         """Queues batch b for worker w (sent by _flush)."""
@@ -649,15 +912,15 @@ class DataLoader:
         data = self._next(w)
         if data[:1] == b"e":
             pickle.loads(memoryview(data)[1:]).reraise()
-        u = _Unpickler(io.BytesIO(memoryview(data)[1:]), b._buf, slot_off)
-        out = u.load()
-        if not u.views:
+        out, views = _unpickle_result(data, b._buf, slot_off)
+        if not views:
             b.release()  # nothing views the slot: give it back now
         return out
 
     def _iter_workers(self):
         L = self._loader
         self._start_workers()
+        self._busy = True
         n, c = self.num_workers, self._chunk
         pending = collections.deque()  # (batch, state after it, slot offset, worker)
         ring_gen, ring_base = None, 0
@@ -702,8 +965,11 @@ class DataLoader:
                 self._rewind = True
             if pending:
                 clean = self._drain(pending)
-            if not clean or not self.persistent_workers:
+            if not clean:
                 self._stop_workers()
+            elif not self.persistent_workers:
+                self._release_workers()
+            self._busy = False
 
     def _drain(self, pending):
         """Takes (and drops) the results still due from the workers, so that
@@ -721,8 +987,12 @@ class DataLoader:
             return False
 
     def close(self):
-        """Stops the workers and closes the loader."""
-        self._stop_workers()
+        """Gives the workers back to the pool (or stops them) and closes the
+        loader."""
+        if self._busy:
+            self._stop_workers()  # an iteration left with work in flight
+        else:
+            self._release_workers()
         self._loader.close()
 
     def __enter__(self):
@@ -734,6 +1004,9 @@ class DataLoader:
     def __del__(self):
         try:
             if self._workers:
-                self._stop_workers()
+                if self._busy:
+                    self._stop_workers()
+                else:
+                    self._release_workers()
         except Exception:
             pass

@@ -136,8 +136,8 @@ def test_transform_runs_in_the_workers(gen):
         workers = set()
         for k, b in enumerate(dl):
             assert b["pid"] != os.getpid()
-            # Batch k went to worker (k // 2) mod 3: chunks of prefetch_factor // 2 = 2 batches.
-            assert b["worker"] == b["torch_worker"] == (k // 2) % 3
+            # Batch k went to worker (k // c) mod 3: chunks of c = prefetch_factor // 2 batches.
+            assert b["worker"] == b["torch_worker"] == (k // dl._chunk) % 3
             workers.add(b["pid"])
             idx = b["indices"].tolist()
             assert b["step"] == k
@@ -183,14 +183,21 @@ def test_worker_death_is_an_error_and_new_workers_continue(gen, tmp_path, monkey
     monkeypatch.setenv("DATALOADER_TEST_FLAG", str(flag))
     with ffkit.Loader(path, 200, seed=6) as L:
         want = [b.indices.tolist() for b in L]
-    with ft.DataLoader(path, 200, num_workers=2, seed=6, transform=_dies_at_step_2) as dl:
-        got = []
-        with pytest.raises(errors.EngineError, match="exit code 7"):
-            for b in dl:
-                got.append(b)
-        assert got == want[:2]
-        flag.touch()
-        assert list(dl) == want[2:]
+    for pf in (4, None):
+        flag.unlink(missing_ok=True)
+        with ft.DataLoader(path, 200, num_workers=2, seed=6, transform=_dies_at_step_2, prefetch_factor=pf) as dl:
+            got = []
+            with pytest.raises(errors.EngineError, match="exit code 7"):
+                for b in dl:
+                    got.append(b)
+            if pf == 4:
+                assert got == want[:2]  # chunks of 2: batches 0 and 1 came from the other worker
+            else:
+                # A longer chunk: the results the worker made before it died
+                # in it (batches 0 and 1) died with it; they come again.
+                assert got == want[: len(got)] and len(got) <= 2
+            flag.touch()
+            assert list(dl) == want[len(got):]
 
 
 def test_forked_workers_use_their_own_engine(gen):
@@ -248,3 +255,49 @@ def test_error_in_the_last_batch_is_not_skipped(gen, tmp_path, monkeypatch):
         assert got == want[:14]
         flag.touch()
         assert list(dl) == want[14:]
+
+
+def _whoami(batch):
+    return os.getpid(), ft.get_worker_info().seed, batch.indices.tolist()
+
+
+def test_idle_workers_serve_the_next_dataloader(gen, monkeypatch):
+    """A closed DataLoader's workers go to a pool: the next DataLoader (or
+    the next epoch without persistent_workers) with the same transform uses
+    them, reseeded, instead of forking; a transform that cannot be pickled
+    (a closure) gets workers of its own; idle workers exit by themselves."""
+    path, n = gen
+    with ffkit.Loader(path, 100, seed=7) as L:
+        want = [[b.indices.tolist() for b in L] for _ in range(2)]  # epochs 0 and 1
+
+    def run(transform, epochs=1):
+        with ft.DataLoader(path, 100, num_workers=2, seed=7, transform=transform) as dl:
+            out = [list(dl) for _ in range(epochs)]
+        assert [[idx for _, _, idx in e] for e in out] == want[:epochs]
+        return [{(pid, seed) for pid, seed, _ in e} for e in out]
+
+    first, second = run(_whoami, epochs=2)  # not persistent: the epochs share the pool
+    assert len(first) == 2 and {p for p, _ in second} == {p for p, _ in first}
+    assert {s for _, s in second}.isdisjoint({s for _, s in first})  # reseeded
+    (third,) = run(_whoami)
+    assert {p for p, _ in third} == {p for p, _ in first}
+
+    def closure(batch):
+        return _whoami(batch)
+
+    (own,) = run(closure)
+    assert {p for p, _ in own}.isdisjoint({p for p, _ in first})
+
+    # Idle workers exit by themselves after ft._IDLE_S; the next DataLoader
+    # then forks new ones.
+    monkeypatch.setattr(ft, "_IDLE_S", 0.2)
+    (fresh,) = run(_whoami)  # workers forked after the change, so they see it
+    assert {p for p, _ in fresh}.isdisjoint({p for p, _ in first})
+    pooled = [ws for sets in ft._pool.values() for _, ws in sets for p, *_ in ws
+              if p.pid in {q for q, _ in fresh}]
+    assert pooled
+    for p, *_ in pooled[0]:
+        p.join(timeout=120)  # waits for the exit, not for a duration
+        assert p.exitcode == 0
+    (last,) = run(_whoami)
+    assert {p for p, _ in last}.isdisjoint({p for p, _ in fresh})
