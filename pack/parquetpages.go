@@ -85,6 +85,8 @@ type pagedListed struct {
 	cut   []pqCut // per sample; unit -1: read from ext of listed
 	wg    sync.WaitGroup
 	free  chan []byte // decompressed page buffers for reuse
+	// compressed page buffers for reuse
+	freeSrc chan []byte
 }
 
 // pqCut is a sample's place in a decompressed page.
@@ -175,7 +177,21 @@ func (p *pagedListed) decode(u *pqUnit) {
 		u.err = err
 		return
 	}
-	src := make([]byte, u.csize)
+	var src []byte
+	select {
+	case src = <-p.freeSrc:
+	default:
+	}
+	if int64(cap(src)) < u.csize {
+		src = make([]byte, u.csize)
+	}
+	src = src[:u.csize]
+	defer func() {
+		select {
+		case p.freeSrc <- src:
+		default:
+		}
+	}()
 	if n, err := f.ReadAt(src, u.off); int64(n) < u.csize {
 		if err == nil || err == io.EOF {
 			err = fmt.Errorf("%w: %s changed while packing: a page at byte %d is cut short", ErrData, p.names[0], u.off)
@@ -453,7 +469,7 @@ func listParquetPages(ctx context.Context, fsys fs.FS, name, column string) (_ *
 	}
 	l := newListed(ctx, "parquet", fsys)
 	fi := l.addFile(name, f)
-	p := &pagedListed{listed: l, free: make(chan []byte, 2)}
+	p := &pagedListed{listed: l, free: make(chan []byte, 2), freeSrc: make(chan []byte, 1)}
 	l.samples = make([]Sample, 0, rows)
 	l.extents = make([][]extent, 0, rows)
 	p.cut = make([]pqCut, 0, rows)
