@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -127,27 +128,26 @@ func TestParquetListedSameBytesAsWalk(t *testing.T) {
 		props    []parquet.WriterProperty
 		listed   bool
 		vals     string // "", "repeats" (a few distinct values: a writer then keeps the dictionary), "squeezy", "empty" (no rows)
-		decoded  bool   // some pages are decompressed whole
 	}{
-		{"required-v1", arrow.BinaryTypes.Binary, false, plain, true, "", false},
-		{"optional-v1", arrow.BinaryTypes.Binary, true, plain, true, "", false},
-		{"optional-v2", arrow.BinaryTypes.Binary, true, append(plain, v2), true, "", false},
-		{"string-v2-no-stats", arrow.BinaryTypes.String, false, append(plain, v2, parquet.WithStats(false)), true, "", false},
-		{"one-page-per-group", arrow.BinaryTypes.Binary, false, []parquet.WriterProperty{parquet.WithDictionaryDefault(false), parquet.WithDataPageSize(1 << 30)}, true, "", false},
-		{"empty", arrow.BinaryTypes.Binary, false, plain, false, "empty", false},
-		{"dictionary", arrow.BinaryTypes.Binary, false, []parquet.WriterProperty{parquet.WithMaxRowGroupLength(70)}, true, "repeats", false},
+		{"required-v1", arrow.BinaryTypes.Binary, false, plain, true, ""},
+		{"optional-v1", arrow.BinaryTypes.Binary, true, plain, true, ""},
+		{"optional-v2", arrow.BinaryTypes.Binary, true, append(plain, v2), true, ""},
+		{"string-v2-no-stats", arrow.BinaryTypes.String, false, append(plain, v2, parquet.WithStats(false)), true, ""},
+		{"one-page-per-group", arrow.BinaryTypes.Binary, false, []parquet.WriterProperty{parquet.WithDictionaryDefault(false), parquet.WithDataPageSize(1 << 30)}, true, ""},
+		{"empty", arrow.BinaryTypes.Binary, false, plain, false, "empty"},
+		{"dictionary", arrow.BinaryTypes.Binary, false, []parquet.WriterProperty{parquet.WithMaxRowGroupLength(70)}, true, "repeats"},
 		// pyarrow's defaults: snappy, a dictionary (falling back to PLAIN
 		// pages when it grows past its limit)
-		{"snappy", arrow.BinaryTypes.Binary, false, append(plain, snappy), true, "", false},
-		{"snappy-optional-v1", arrow.BinaryTypes.Binary, true, append(plain, snappy), true, "", false},
-		{"snappy-optional-v2", arrow.BinaryTypes.Binary, true, append(plain, snappy, v2), true, "", false},
-		{"snappy-dictionary", arrow.BinaryTypes.Binary, false, []parquet.WriterProperty{parquet.WithMaxRowGroupLength(70), snappy}, true, "", false},
-		{"snappy-dictionary-fallback", arrow.BinaryTypes.Binary, false, []parquet.WriterProperty{parquet.WithMaxRowGroupLength(70), snappy, parquet.WithDictionaryPageSizeLimit(100 << 10), parquet.WithDataPageSize(32 << 10), parquet.WithBatchSize(4)}, true, "", false},
-		{"snappy-dictionary-repeats", arrow.BinaryTypes.Binary, false, []parquet.WriterProperty{parquet.WithMaxRowGroupLength(70), snappy}, true, "repeats", false},
-		{"snappy-squeezy", arrow.BinaryTypes.Binary, false, append(plain, snappy), true, "squeezy", true},
-		{"snappy-squeezy-dictionary", arrow.BinaryTypes.String, true, []parquet.WriterProperty{parquet.WithMaxRowGroupLength(70), snappy}, true, "squeezy", true},
+		{"snappy", arrow.BinaryTypes.Binary, false, append(plain, snappy), true, ""},
+		{"snappy-optional-v1", arrow.BinaryTypes.Binary, true, append(plain, snappy), true, ""},
+		{"snappy-optional-v2", arrow.BinaryTypes.Binary, true, append(plain, snappy, v2), true, ""},
+		{"snappy-dictionary", arrow.BinaryTypes.Binary, false, []parquet.WriterProperty{parquet.WithMaxRowGroupLength(70), snappy}, true, ""},
+		{"snappy-dictionary-fallback", arrow.BinaryTypes.Binary, false, []parquet.WriterProperty{parquet.WithMaxRowGroupLength(70), snappy, parquet.WithDictionaryPageSizeLimit(100 << 10), parquet.WithDataPageSize(32 << 10), parquet.WithBatchSize(4)}, true, ""},
+		{"snappy-dictionary-repeats", arrow.BinaryTypes.Binary, false, []parquet.WriterProperty{parquet.WithMaxRowGroupLength(70), snappy}, true, "repeats"},
+		{"snappy-squeezy", arrow.BinaryTypes.Binary, false, append(plain, snappy), true, "squeezy"},
+		{"snappy-squeezy-dictionary", arrow.BinaryTypes.String, true, []parquet.WriterProperty{parquet.WithMaxRowGroupLength(70), snappy}, true, "squeezy"},
 		// another codec: decoded ahead by the walk
-		{"zstd-optional-v2", arrow.BinaryTypes.Binary, true, append(plain, parquet.WithCompression(compress.Codecs.Zstd), v2), false, "", false},
+		{"zstd-optional-v2", arrow.BinaryTypes.Binary, true, append(plain, parquet.WithCompression(compress.Codecs.Zstd), v2), false, ""},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -187,18 +187,25 @@ func TestParquetListedSameBytesAsWalk(t *testing.T) {
 			if ahead := rowGroupsDecodedAhead.Load() > 0; ahead != (!c.listed && c.vals != "empty") {
 				t.Fatalf("row groups decoded ahead: %v, want %v", ahead, !c.listed && c.vals != "empty")
 			}
-			if decoded := pagesDecoded.Load() > 0; decoded != c.decoded {
-				t.Fatalf("pages decompressed whole: %v, want %v", decoded, c.decoded)
+			if decoded := pagesDecoded.Load() > 0; decoded {
+				t.Fatal("pages decompressed whole: their values are assembled alone")
 			}
-			var cut map[string][]byte
-			if c.listed && strings.HasPrefix(c.name, "snappy") { // every value cut from its decompressed page
-				snappyDirect = false
-				pagesDecoded.Store(0)
-				cut, isListed = packedFiles(t, p, filepath.Join(dir, c.name, "cut"))
-				snappyDirect = true
-				check(cut, isListed, filepath.Join(dir, c.name, "cut"))
-				if pagesDecoded.Load() == 0 {
-					t.Fatal("no page was decompressed")
+			var cuts []map[string][]byte
+			if c.listed && strings.HasPrefix(c.name, "snappy") { // every value decompressed alone, then cut from its decompressed page
+				for _, assemble := range []bool{true, false} {
+					snappyDirect, assembleValues = false, assemble
+					pagesDecoded.Store(0)
+					out := filepath.Join(dir, c.name, fmt.Sprint("cut-", assemble))
+					cut, isListed := packedFiles(t, p, out)
+					snappyDirect, assembleValues = true, true
+					check(cut, isListed, out)
+					if decoded := pagesDecoded.Load() > 0; decoded == assemble {
+						t.Fatalf("values assembled %v, pages decompressed whole: %v", assemble, decoded)
+					}
+					cuts = append(cuts, cut)
+					if assemble {
+						checkCutReads(t, p, vals)
+					}
 				}
 			}
 			oldMin, oldMax := listParquetMinValue, parallelRowGroupMax
@@ -216,11 +223,54 @@ func TestParquetListedSameBytesAsWalk(t *testing.T) {
 				if string(got[name]) != string(b) {
 					t.Fatalf("%s: %d bytes differ from the walk's %d", name, len(got[name]), len(b))
 				}
-				if cut != nil && string(cut[name]) != string(b) {
-					t.Fatalf("%s, every value cut from its page: %d bytes differ from the walk's %d", name, len(cut[name]), len(b))
+				for _, cut := range cuts {
+					if string(cut[name]) != string(b) {
+						t.Fatalf("%s, every value cut from its page: %d bytes differ from the walk's %d", name, len(cut[name]), len(b))
+					}
 				}
 			}
 		})
+	}
+}
+
+// checkCutReads reads every value of the snappy Parquet file p that is
+// not read straight from the file (decompressed alone) in pieces at random
+// places, as Pack's workers do when a value straddles two staging chunks.
+func checkCutReads(t *testing.T, p string, vals [][]byte) {
+	t.Helper()
+	fsys, name, err := fs.Resolve(context.Background(), p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	snappyDirect = false
+	l, err := listParquetPages(context.Background(), fsys, name, "v")
+	snappyDirect = true
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	rng := rand.New(rand.NewPCG(uint64(len(vals)), 3))
+	n := 0
+	for i, c := range l.cut {
+		if c.unit < 0 || len(vals[i]) == 0 {
+			continue
+		}
+		n++
+		got := make([]byte, len(vals[i]))
+		for off := 0; off < len(got); {
+			k := 1 + rng.IntN(len(got)-off)
+			if m, err := l.ReaderAt(i).ReadAt(got[off:off+k], int64(off)); m != k || (err != nil && err != io.EOF) {
+				t.Fatalf("value %d at %d: %d of %d bytes, %v", i, off, m, k, err)
+			}
+			off += k
+		}
+		if string(got) != string(vals[i]) {
+			t.Fatalf("value %d read in pieces differs", i)
+		}
+		l.Done(i)
+	}
+	if n == 0 {
+		t.Fatal("no value decompressed alone")
 	}
 }
 

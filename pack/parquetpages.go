@@ -40,10 +40,14 @@ import (
 //     as the extents of the file that hold its bytes, and Pack reads it
 //     straight into its place in the output, as it does an uncompressed
 //     value.
-//   - Any other value (it holds a copy) is cut from its page decompressed
-//     whole: a page is decompressed once, when the first of its values is
-//     read (the next page is decompressed meanwhile, so that the workers
-//     do not wait for it), and dropped when its last value is read.
+//   - Any other value (it holds a copy) is decompressed alone by the worker
+//     that reads it: one read of the compressed bytes of its elements, the
+//     literals copied into place, the copies made from the bytes before
+//     them (through the file for bytes before the value). The elements of
+//     such pages are kept (at most maxKeptElems in all); a page past that,
+//     or a value whose copies are too tangled to follow, is cut from its
+//     page decompressed whole: once, when the first of its values is read
+//     (the next such page meanwhile), dropped when its last value is read.
 //
 // Compared with the walk (Parquet's column reader, a copy of each row
 // group's values, the sharded writer's in-memory shard), each value is
@@ -70,6 +74,9 @@ var pagesDecoded atomic.Int64
 type pqUnit struct {
 	off, csize int64 // the snappy block in the file
 	usize      int64 // decompressed
+	// The block's elements, to decompress one value's bytes (assemble);
+	// nil: decompress the whole page.
+	elems      []snElem
 	refs       atomic.Int64
 	once       sync.Once
 	prefetched atomic.Bool
@@ -224,18 +231,105 @@ type cutReader struct {
 }
 
 func (r *cutReader) ReadAt(b []byte, off int64) (int, error) {
+	if off >= r.size {
+		return 0, io.EOF
+	}
+	u := r.p.units[r.c.unit]
+	if k := min(int64(len(b)), r.size-off); u.elems != nil && k > 0 && assembleValues {
+		ok, err := r.p.assemble(u, b[:k], r.c.off+off)
+		if err != nil {
+			return 0, err
+		}
+		if ok {
+			if k < int64(len(b)) {
+				return int(k), io.EOF
+			}
+			return int(k), nil
+		}
+	}
 	page, err := r.p.page(int(r.c.unit))
 	if err != nil {
 		return 0, err
-	}
-	if off >= r.size {
-		return 0, io.EOF
 	}
 	n := copy(b, page[r.c.off+off:r.c.off+r.size])
 	if n < len(b) {
 		return n, io.EOF
 	}
 	return n, nil
+}
+
+// assembleValues lets a value be decompressed alone; false (tests)
+// decompresses its whole page.
+var assembleValues = true
+
+// scratch holds the compressed bytes of a value being assembled.
+var scratch = sync.Pool{New: func() any { return new([]byte) }}
+
+// assemble decompresses the bytes [q, q+len(dst)) of unit u's page into
+// dst, from the elements that make them: their compressed bytes are read
+// with one read, literals copied from it, copies from dst itself or, for
+// bytes before q, resolved through the file. false: too tangled; the
+// caller decompresses the page.
+func (p *pagedListed) assemble(u *pqUnit, dst []byte, q int64) (bool, error) {
+	if err := p.done.Err(); err != nil {
+		return false, err
+	}
+	f, err := p.file(0)
+	if err != nil {
+		return false, err
+	}
+	v := &pqView{pl: &pageLister{r: f, size: f.Size()}, off: u.off, size: u.usize, elems: u.elems}
+	end := q + int64(len(dst))
+	i0, i1 := v.elem(q), v.elem(end-1)
+	if i1 >= len(u.elems) {
+		return false, fmt.Errorf("%w: %s: a value past its page at byte %d", ErrData, p.names[0], u.off)
+	}
+	spanStart, spanEnd := u.elems[i0].at, u.off+u.csize
+	if i1+1 < len(u.elems) {
+		spanEnd = u.elems[i1+1].at
+	}
+	sp := scratch.Get().(*[]byte)
+	defer scratch.Put(sp)
+	if int64(cap(*sp)) < spanEnd-spanStart {
+		*sp = make([]byte, spanEnd-spanStart)
+	}
+	span := (*sp)[:spanEnd-spanStart]
+	if n, err := f.ReadAt(span, spanStart); n < len(span) {
+		if err == nil || err == io.EOF {
+			err = fmt.Errorf("%w: %s changed while packing: a page at byte %d is cut short", ErrData, p.names[0], u.off)
+		}
+		return false, err
+	}
+	pos := q
+	for i := i0; pos < end; i++ {
+		e := u.elems[i]
+		k := min(e.dst+e.n, end) - pos
+		o := pos - q
+		if e.src >= 0 {
+			copy(dst[o:o+k], span[e.src-spanStart+pos-e.dst:])
+			pos += k
+			continue
+		}
+		for s := pos - e.back; k > 0; { // a copy: chunks of at most back bytes, each written before
+			c := min(k, e.back)
+			switch {
+			case s >= q:
+				copy(dst[o:o+c], dst[s-q:s-q+c])
+			case s+c <= q:
+				if err := v.read(dst[o:o+c], s); err != nil {
+					return false, nil
+				}
+			default: // from before q and from dst
+				m := q - s
+				if err := v.read(dst[o:o+m], s); err != nil {
+					return false, nil
+				}
+				copy(dst[o+m:o+c], dst[:c-m])
+			}
+			o, s, pos, k = o+c, s+c, pos+c, k-c
+		}
+	}
+	return true, nil
 }
 
 // snElem is one element of a snappy block: n bytes of output at dst,
@@ -245,6 +339,7 @@ type snElem struct {
 	dst, n int64
 	src    int64 // a literal's bytes in the file; -1 for a copy
 	back   int64 // a copy's offset
+	at     int64 // the element's tag in the file
 }
 
 // pqView reads a page's decompressed bytes without decompressing it.
@@ -288,7 +383,7 @@ func (v *pqView) parseSnappy(off, csize int64) error {
 		if err != nil {
 			return err
 		}
-		tag := t[0]
+		tag, at := t[0], pos
 		var e snElem
 		switch tag & 3 {
 		case 0: // literal
@@ -326,6 +421,7 @@ func (v *pqView) parseSnappy(off, csize int64) error {
 			e = snElem{dst: dst, n: 1 + int64(tag>>2), src: -1, back: int64(binary.LittleEndian.Uint32(t[1:]))}
 			pos += 5
 		}
+		e.at = at
 		if pos > end || (e.src < 0 && (e.back <= 0 || e.back > dst)) {
 			return errNotListable
 		}
@@ -512,7 +608,13 @@ type pagesLister struct {
 	dict []pqDictVal
 	dv   *pqView // the chunk's dictionary page
 	idx  []int32
+	// elements kept for assembling values, in all units
+	elems int
 }
+
+// maxKeptElems bounds the snappy elements kept for assembling values (40
+// bytes each); the pages past it are decompressed whole.
+const maxKeptElems = 4 << 20
 
 // view makes a view of a page's decompressed bytes: csize bytes at off,
 // size decompressed.
@@ -541,7 +643,12 @@ func (lp *pagesLister) add(v *pqView, q, size int64) {
 	}
 	if v.unit < 0 {
 		v.unit = int32(len(lp.p.units))
-		lp.p.units = append(lp.p.units, &pqUnit{off: v.off, csize: v.csize, usize: v.size})
+		u := &pqUnit{off: v.off, csize: v.csize, usize: v.size}
+		if lp.elems+len(v.elems) <= maxKeptElems {
+			u.elems = v.elems
+			lp.elems += len(v.elems)
+		}
+		lp.p.units = append(lp.p.units, u)
 	}
 	lp.p.units[v.unit].refs.Add(1)
 	l.extents = append(l.extents, nil)
