@@ -13,10 +13,12 @@
 // index) and a size known before its bytes are read, and hands each sample
 // to a callback as a reader of exactly its bytes (Walk). Sources whose
 // samples sit at known places in seekable files (a directory, JSON Lines,
-// an uncompressed tar, WebDataset tar shards) are also Listed: every sample
-// is known up front and can be read at random (Listed.ReaderAt), so Pack
-// reads many samples at once straight into their places in the output.
-// Compressed archives and tables are walked once, front to back.
+// an uncompressed tar, WebDataset tar shards, a Parquet column of
+// uncompressed or snappy pages: parquetlist.go, parquetpages.go) are also
+// Listed: every sample is known up front and can be read at random
+// (Listed.ReaderAt), so Pack reads many samples at once straight into their
+// places in the output. Compressed archives and other tables are walked
+// once, front to back.
 //
 // # The WebDataset container
 //

@@ -44,6 +44,11 @@ func openTable(ctx context.Context, fsys fs.FS, name, format, column string) (So
 		} else if ctx.Err() != nil {
 			return nil, ctx.Err()
 		}
+		if l, err := listParquetPages(ctx, fsys, name, column); err == nil { // see parquetpages.go
+			return l, nil
+		} else if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
 	}
 	return t, nil
 }
