@@ -564,11 +564,16 @@ func (s *Service) handleWrite(ctx context.Context, w *proto.WriteReq, data []byt
 
 // applyChain runs one update on ts and, through forward, on every
 // successor, then commits locally: the CRAQ write path. ver 0 means ts is
-// the head and assigns the version.
+// the head and assigns the version. It holds the chunk's write slot
+// (slot.go) throughout: the updates of one chunk run one at a time on a
+// hop, in arrival order, as the core's; no lock is held while the update
+// travels, and a queued update whose caller gave up leaves the queue.
 func (s *Service) applyChain(ctx context.Context, ts *tstate, chain proto.ChainID, id proto.ChunkID, u update, ver uint64, tag proto.Tag) (*proto.WriteResp, error) {
 	c := ts.get(id)
-	c.lock.Lock()
-	defer c.lock.Unlock()
+	if err := ts.acquire(ctx, id, c); err != nil {
+		return nil, err
+	}
+	defer ts.release(c)
 	u.tag = tag
 	if ver == 0 {
 		// A pending version left at the head (its writer crashed, gave up
@@ -578,7 +583,7 @@ func (s *Service) applyChain(ctx context.Context, ts *tstate, chain proto.ChainI
 		stale := c.pending
 		ts.mu.Unlock()
 		if stale != nil {
-			if err := s.redriveLocked(ctx, ts, chain, id, c, stale); err != nil {
+			if err := s.redriveHeld(ctx, ts, chain, id, c, stale); err != nil {
 				return nil, err
 			}
 		}
@@ -614,6 +619,7 @@ func (s *Service) applyChain(ctx context.Context, ts *tstate, chain proto.ChainI
 	if err != nil {
 		return nil, err
 	}
+	ts.working(c, nv.ver)
 	// The local fsync runs while the update travels down the chain: the
 	// acknowledgement still waits for both.
 	synced := make(chan error, 1)
@@ -822,8 +828,10 @@ func (s *Service) handleUpdate(ctx context.Context, u *proto.UpdateReq, data []b
 	// a higher one (a version only this replica committed was never
 	// acknowledged: the head commits last; the predecessor's data wins).
 	c := ts.get(u.Chunk)
-	c.lock.Lock()
-	defer c.lock.Unlock()
+	if err := ts.acquire(ctx, u.Chunk, c); err != nil {
+		return nil, err
+	}
+	defer ts.release(c)
 	up.ver, up.chainVer, up.full = u.UpdateVer, ch.Version, true
 	if _, err := ts.prepare(u.Chunk, c, up); err != nil {
 		return nil, err
@@ -1130,26 +1138,26 @@ func (s *Service) redrivePending(ts *tstate, chain proto.ChainID) {
 	ts.mu.Unlock()
 	for _, id := range stuck {
 		c := ts.get(id)
-		if !c.lock.TryLock() {
-			continue
+		if !ts.tryAcquire(c) {
+			continue // an update of the chunk is under way: it finishes the pending version first
 		}
 		ts.mu.Lock()
 		nv := c.pending
 		ts.mu.Unlock()
 		if nv != nil {
-			if err := s.redriveLocked(s.ctx, ts, chain, id, c, nv); err != nil {
+			if err := s.redriveHeld(s.ctx, ts, chain, id, c, nv); err != nil {
 				s.logf("re-drive pending chunk %v v%d: %v", id, nv.ver, err)
 			}
 		}
-		c.lock.Unlock()
+		ts.release(c)
 	}
 }
 
-// redriveLocked finishes the pending version nv of a chunk at the head:
+// redriveHeld finishes the pending version nv of a chunk at the head:
 // sends it down the chain as a full replace (a successor that committed it
 // answers with the same checksum, one that did not installs it) and
-// commits it. The caller holds the chunk lock.
-func (s *Service) redriveLocked(ctx context.Context, ts *tstate, chain proto.ChainID, id proto.ChunkID, c *chunk, nv *version) error {
+// commits it. The caller holds the chunk's write slot.
+func (s *Service) redriveHeld(ctx context.Context, ts *tstate, chain proto.ChainID, id proto.ChunkID, c *chunk, nv *version) error {
 	u := update{op: proto.OpWrite, full: true, tags: nv.tags}
 	if nv.removed {
 		u.op = proto.OpRemove
@@ -1203,14 +1211,16 @@ func (s *Service) resync(ts *tstate, ch *proto.Chain, succ proto.ChainTarget, r 
 			return fmt.Errorf("%w: %s lost contact with mgmtd", proto.ErrTargetOffline, s.cfg.Name)
 		}
 		c := ts.get(id)
-		c.lock.Lock()
-		defer c.lock.Unlock()
+		if err := ts.acquire(ctx, id, c); err != nil {
+			return err
+		}
+		defer ts.release(c)
 		ts.mu.Lock()
 		cv, pv := c.committed, c.pending
 		ts.mu.Unlock()
 		if pv != nil {
 			// A pending version left here by a crash or a failed writer (we
-			// hold the chunk lock: no update is in flight) may be an
+			// hold the chunk's write slot: no update is in flight) may be an
 			// acknowledged write whose commit rename a power loss undid
 			// (a returning LASTSRV). Copying the older committed version
 			// would roll it back on the successor, which then serves it:
@@ -1223,7 +1233,7 @@ func (s *Service) resync(ts *tstate, ch *proto.Chain, succ proto.ChainTarget, r 
 			if h, ok := cur.Head(); !ok || h.ID != ts.ID {
 				return fmt.Errorf("chunk %v v%d pending on target %d: waiting for the head to finish it", id, pv.ver, ts.ID)
 			}
-			if err := s.redriveLocked(ctx, ts, ch.ID, id, c, pv); err != nil {
+			if err := s.redriveHeld(ctx, ts, ch.ID, id, c, pv); err != nil {
 				return fmt.Errorf("chunk %v: finishing pending v%d before the transfer: %w", id, pv.ver, err)
 			}
 			ts.mu.Lock()
