@@ -250,6 +250,10 @@ func (s *Service) failTimeout() time.Duration {
 	return s.cfg.FailTimeout
 }
 
+// callTimeout bounds one replication call to a successor (an update, a
+// resync step): after it the sender drops the call and resends.
+func (s *Service) callTimeout() time.Duration { return max(s.failTimeout(), time.Second) }
+
 func (s *Service) hbInterval() time.Duration {
 	if r := s.routing.Load(); r != nil && r.HeartbeatInterval > 0 {
 		return time.Duration(r.HeartbeatInterval)
@@ -570,7 +574,11 @@ func (s *Service) handleWrite(ctx context.Context, w *proto.WriteReq, data []byt
 // travels, and a queued update whose caller gave up leaves the queue.
 func (s *Service) applyChain(ctx context.Context, ts *tstate, chain proto.ChainID, id proto.ChunkID, u update, ver uint64, tag proto.Tag) (*proto.WriteResp, error) {
 	c := ts.get(id)
-	if err := ts.acquire(ctx, id, c); err != nil {
+	var patience time.Duration // a client's write waits its turn as long as the client does
+	if ver != 0 {
+		patience = s.callTimeout() // the predecessor resends after it
+	}
+	if err := ts.acquire(ctx, id, c, patience); err != nil {
 		return nil, err
 	}
 	defer ts.release(c)
@@ -646,13 +654,18 @@ func (s *Service) applyChain(ctx context.Context, ts *tstate, chain proto.ChainI
 	return s.chunkResp(ts, c), nil
 }
 
-// The version check of every hop is the core's (applyChain's parameter
-// chain shadows the package there).
-var checkDelta = chain.CheckDelta
+// The version check and the acknowledgement rule of every hop are the
+// core's (the parameter chain of applyChain and forward shadows the
+// package there).
+var (
+	checkDelta = chain.CheckDelta
+	checkAck   = chain.CheckAck
+)
 
 const (
 	deltaDone    = chain.DeltaDone
 	deltaMissing = chain.DeltaMissing
+	ackCommit    = chain.AckCommit
 )
 
 func (s *Service) chunkResp(ts *tstate, c *chunk) *proto.WriteResp {
@@ -731,7 +744,7 @@ func (s *Service) forward(ctx context.Context, ts *tstate, chain proto.ChainID, 
 			req.CRC = crc
 		}
 		addr := r.NodeAddr(succ.Node)
-		actx, cancel := context.WithTimeout(ctx, max(s.failTimeout(), time.Second))
+		actx, cancel := context.WithTimeout(ctx, s.callTimeout())
 		var resp proto.WriteResp
 		var conn *transport.Conn
 		conn, lastErr = s.pool.Get(actx, addr)
@@ -743,7 +756,7 @@ func (s *Service) forward(ctx context.Context, ts *tstate, chain proto.ChainID, 
 		}
 		cancel()
 		if lastErr == nil {
-			if resp.CommitVer == nv.ver && resp.Checksum == nv.checksum() {
+			if checkAck(nv.ver, uint64(nv.checksum()), resp.CommitVer, uint64(resp.Checksum)) == ackCommit {
 				return nil
 			}
 			lastErr = fmt.Errorf("%w: successor %d answered v%d sum %08x for v%d sum %08x", proto.ErrChecksum, succ.ID, resp.CommitVer, resp.Checksum, nv.ver, nv.checksum())
@@ -828,7 +841,7 @@ func (s *Service) handleUpdate(ctx context.Context, u *proto.UpdateReq, data []b
 	// a higher one (a version only this replica committed was never
 	// acknowledged: the head commits last; the predecessor's data wins).
 	c := ts.get(u.Chunk)
-	if err := ts.acquire(ctx, u.Chunk, c); err != nil {
+	if err := ts.acquire(ctx, u.Chunk, c, s.callTimeout()); err != nil {
 		return nil, err
 	}
 	defer ts.release(c)
@@ -1190,7 +1203,7 @@ func (s *Service) resync(ts *tstate, ch *proto.Chain, succ proto.ChainTarget, r 
 		return err
 	}
 	call := func(method uint16, req any, data []byte, resp any) error {
-		actx, cancel := context.WithTimeout(ctx, max(s.failTimeout(), time.Second))
+		actx, cancel := context.WithTimeout(ctx, s.callTimeout())
 		defer cancel()
 		_, err := conn.Call(actx, method, req, [][]byte{data}, resp)
 		return err
@@ -1211,7 +1224,7 @@ func (s *Service) resync(ts *tstate, ch *proto.Chain, succ proto.ChainTarget, r 
 			return fmt.Errorf("%w: %s lost contact with mgmtd", proto.ErrTargetOffline, s.cfg.Name)
 		}
 		c := ts.get(id)
-		if err := ts.acquire(ctx, id, c); err != nil {
+		if err := ts.acquire(ctx, id, c, 0); err != nil {
 			return err
 		}
 		defer ts.release(c)

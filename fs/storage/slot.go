@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"time"
 
 	"github.com/ffkit/ffkit/fs/proto"
 )
@@ -15,11 +16,11 @@ import (
 // the next ones wait in arrival order (the core's queue of writes at the
 // head) and are handed the slot in that order. It is state, guarded by
 // Target.mu, not a mutex held across the network: a waiter whose caller
-// gives up (its context ends: the predecessor's or client's call timed
-// out, the service stops) leaves the queue at once and is answered
-// ErrBusy (retryable), instead of staying blocked until the update ahead
-// of it ends, up to ForwardTimeout later, and then applying a request
-// nobody waits for; background work (the re-drive of stuck pending
+// gives up (its context ends, the service stops, or, for an update from a
+// predecessor or a resync transfer, the sender's call timeout passed: it
+// resends) leaves the queue and is answered ErrBusy (retryable), instead
+// of staying blocked until the update ahead of it ends, up to
+// ForwardTimeout later, and then answering a call nobody waits for; background work (the re-drive of stuck pending
 // versions) asks without waiting. Independent chunks never wait for each
 // other.
 type slot struct {
@@ -29,8 +30,10 @@ type slot struct {
 }
 
 // acquire takes chunk c's write slot, waiting behind the updates of the
-// chunk ahead of it, or fails with ErrBusy when ctx ends first.
-func (t *Target) acquire(ctx context.Context, id proto.ChunkID, c *chunk) error {
+// chunk ahead of it, or fails with ErrBusy when ctx ends first or, if
+// patience > 0, after waiting that long (the caller's own call timeout:
+// no one awaits the answer after it).
+func (t *Target) acquire(ctx context.Context, id proto.ChunkID, c *chunk, patience time.Duration) error {
 	t.mu.Lock()
 	if !c.slot.held {
 		c.slot.held, c.slot.ver = true, 0
@@ -41,6 +44,11 @@ func (t *Target) acquire(ctx context.Context, id proto.ChunkID, c *chunk) error 
 	c.slot.queue = append(c.slot.queue, turn)
 	ahead := c.slot.ver
 	t.mu.Unlock()
+	if patience > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, patience)
+		defer cancel()
+	}
 	select {
 	case <-turn:
 		return nil
