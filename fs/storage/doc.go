@@ -55,8 +55,10 @@
 //
 // # Chain replication
 //
-// The client writes to the chain head. The head takes the chunk's lock
-// (held until its local commit), finishes any pending version left over
+// The client writes to the chain head. The head takes the chunk's write
+// slot (one update of a chunk at a time per hop, in arrival order, until
+// its local commit; a state, not a lock held across the network: a waiter
+// whose caller gave up leaves the queue), finishes any pending version left over
 // from a crashed writer, assigns version = committed + 1, writes it
 // pending and forwards it to its successor, which does the same; the tail
 // commits first and the commits flow back, each hop checking that its
@@ -89,7 +91,7 @@
 // another replica serves, leaves its chain the same way and is repaired
 // by resync.
 //
-// Concurrency: a Service serves requests concurrently; per-chunk locks
-// order updates, target mutexes guard the chunk maps. Close stops every
+// Concurrency: a Service serves requests concurrently; per-chunk write
+// slots order updates (independent chunks proceed in parallel), target mutexes guard the chunk maps. Close stops every
 // goroutine it started.
 package storage

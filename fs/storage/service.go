@@ -250,6 +250,10 @@ func (s *Service) failTimeout() time.Duration {
 	return s.cfg.FailTimeout
 }
 
+// callTimeout bounds one replication call to a successor (an update, a
+// resync step): after it the sender drops the call and resends.
+func (s *Service) callTimeout() time.Duration { return max(s.failTimeout(), time.Second) }
+
 func (s *Service) hbInterval() time.Duration {
 	if r := s.routing.Load(); r != nil && r.HeartbeatInterval > 0 {
 		return time.Duration(r.HeartbeatInterval)
@@ -564,11 +568,20 @@ func (s *Service) handleWrite(ctx context.Context, w *proto.WriteReq, data []byt
 
 // applyChain runs one update on ts and, through forward, on every
 // successor, then commits locally: the CRAQ write path. ver 0 means ts is
-// the head and assigns the version.
+// the head and assigns the version. It holds the chunk's write slot
+// (slot.go) throughout: the updates of one chunk run one at a time on a
+// hop, in arrival order, as the core's; no lock is held while the update
+// travels, and a queued update whose caller gave up leaves the queue.
 func (s *Service) applyChain(ctx context.Context, ts *tstate, chain proto.ChainID, id proto.ChunkID, u update, ver uint64, tag proto.Tag) (*proto.WriteResp, error) {
 	c := ts.get(id)
-	c.lock.Lock()
-	defer c.lock.Unlock()
+	var patience time.Duration // a client's write waits its turn as long as the client does
+	if ver != 0 {
+		patience = s.callTimeout() // the predecessor resends after it
+	}
+	if err := ts.acquire(ctx, id, c, patience); err != nil {
+		return nil, err
+	}
+	defer ts.release(c)
 	u.tag = tag
 	if ver == 0 {
 		// A pending version left at the head (its writer crashed, gave up
@@ -578,7 +591,7 @@ func (s *Service) applyChain(ctx context.Context, ts *tstate, chain proto.ChainI
 		stale := c.pending
 		ts.mu.Unlock()
 		if stale != nil {
-			if err := s.redriveLocked(ctx, ts, chain, id, c, stale); err != nil {
+			if err := s.redriveHeld(ctx, ts, chain, id, c, stale); err != nil {
 				return nil, err
 			}
 		}
@@ -614,6 +627,7 @@ func (s *Service) applyChain(ctx context.Context, ts *tstate, chain proto.ChainI
 	if err != nil {
 		return nil, err
 	}
+	ts.working(c, nv.ver)
 	// The local fsync runs while the update travels down the chain: the
 	// acknowledgement still waits for both.
 	synced := make(chan error, 1)
@@ -640,13 +654,18 @@ func (s *Service) applyChain(ctx context.Context, ts *tstate, chain proto.ChainI
 	return s.chunkResp(ts, c), nil
 }
 
-// The version check of every hop is the core's (applyChain's parameter
-// chain shadows the package there).
-var checkDelta = chain.CheckDelta
+// The version check and the acknowledgement rule of every hop are the
+// core's (the parameter chain of applyChain and forward shadows the
+// package there).
+var (
+	checkDelta = chain.CheckDelta
+	checkAck   = chain.CheckAck
+)
 
 const (
 	deltaDone    = chain.DeltaDone
 	deltaMissing = chain.DeltaMissing
+	ackCommit    = chain.AckCommit
 )
 
 func (s *Service) chunkResp(ts *tstate, c *chunk) *proto.WriteResp {
@@ -725,7 +744,7 @@ func (s *Service) forward(ctx context.Context, ts *tstate, chain proto.ChainID, 
 			req.CRC = crc
 		}
 		addr := r.NodeAddr(succ.Node)
-		actx, cancel := context.WithTimeout(ctx, max(s.failTimeout(), time.Second))
+		actx, cancel := context.WithTimeout(ctx, s.callTimeout())
 		var resp proto.WriteResp
 		var conn *transport.Conn
 		conn, lastErr = s.pool.Get(actx, addr)
@@ -737,7 +756,7 @@ func (s *Service) forward(ctx context.Context, ts *tstate, chain proto.ChainID, 
 		}
 		cancel()
 		if lastErr == nil {
-			if resp.CommitVer == nv.ver && resp.Checksum == nv.checksum() {
+			if checkAck(nv.ver, uint64(nv.checksum()), resp.CommitVer, uint64(resp.Checksum)) == ackCommit {
 				return nil
 			}
 			lastErr = fmt.Errorf("%w: successor %d answered v%d sum %08x for v%d sum %08x", proto.ErrChecksum, succ.ID, resp.CommitVer, resp.Checksum, nv.ver, nv.checksum())
@@ -822,8 +841,10 @@ func (s *Service) handleUpdate(ctx context.Context, u *proto.UpdateReq, data []b
 	// a higher one (a version only this replica committed was never
 	// acknowledged: the head commits last; the predecessor's data wins).
 	c := ts.get(u.Chunk)
-	c.lock.Lock()
-	defer c.lock.Unlock()
+	if err := ts.acquire(ctx, u.Chunk, c, s.callTimeout()); err != nil {
+		return nil, err
+	}
+	defer ts.release(c)
 	up.ver, up.chainVer, up.full = u.UpdateVer, ch.Version, true
 	if _, err := ts.prepare(u.Chunk, c, up); err != nil {
 		return nil, err
@@ -1130,26 +1151,26 @@ func (s *Service) redrivePending(ts *tstate, chain proto.ChainID) {
 	ts.mu.Unlock()
 	for _, id := range stuck {
 		c := ts.get(id)
-		if !c.lock.TryLock() {
-			continue
+		if !ts.tryAcquire(c) {
+			continue // an update of the chunk is under way: it finishes the pending version first
 		}
 		ts.mu.Lock()
 		nv := c.pending
 		ts.mu.Unlock()
 		if nv != nil {
-			if err := s.redriveLocked(s.ctx, ts, chain, id, c, nv); err != nil {
+			if err := s.redriveHeld(s.ctx, ts, chain, id, c, nv); err != nil {
 				s.logf("re-drive pending chunk %v v%d: %v", id, nv.ver, err)
 			}
 		}
-		c.lock.Unlock()
+		ts.release(c)
 	}
 }
 
-// redriveLocked finishes the pending version nv of a chunk at the head:
+// redriveHeld finishes the pending version nv of a chunk at the head:
 // sends it down the chain as a full replace (a successor that committed it
 // answers with the same checksum, one that did not installs it) and
-// commits it. The caller holds the chunk lock.
-func (s *Service) redriveLocked(ctx context.Context, ts *tstate, chain proto.ChainID, id proto.ChunkID, c *chunk, nv *version) error {
+// commits it. The caller holds the chunk's write slot.
+func (s *Service) redriveHeld(ctx context.Context, ts *tstate, chain proto.ChainID, id proto.ChunkID, c *chunk, nv *version) error {
 	u := update{op: proto.OpWrite, full: true, tags: nv.tags}
 	if nv.removed {
 		u.op = proto.OpRemove
@@ -1182,7 +1203,7 @@ func (s *Service) resync(ts *tstate, ch *proto.Chain, succ proto.ChainTarget, r 
 		return err
 	}
 	call := func(method uint16, req any, data []byte, resp any) error {
-		actx, cancel := context.WithTimeout(ctx, max(s.failTimeout(), time.Second))
+		actx, cancel := context.WithTimeout(ctx, s.callTimeout())
 		defer cancel()
 		_, err := conn.Call(actx, method, req, [][]byte{data}, resp)
 		return err
@@ -1203,14 +1224,16 @@ func (s *Service) resync(ts *tstate, ch *proto.Chain, succ proto.ChainTarget, r 
 			return fmt.Errorf("%w: %s lost contact with mgmtd", proto.ErrTargetOffline, s.cfg.Name)
 		}
 		c := ts.get(id)
-		c.lock.Lock()
-		defer c.lock.Unlock()
+		if err := ts.acquire(ctx, id, c, 0); err != nil {
+			return err
+		}
+		defer ts.release(c)
 		ts.mu.Lock()
 		cv, pv := c.committed, c.pending
 		ts.mu.Unlock()
 		if pv != nil {
 			// A pending version left here by a crash or a failed writer (we
-			// hold the chunk lock: no update is in flight) may be an
+			// hold the chunk's write slot: no update is in flight) may be an
 			// acknowledged write whose commit rename a power loss undid
 			// (a returning LASTSRV). Copying the older committed version
 			// would roll it back on the successor, which then serves it:
@@ -1223,7 +1246,7 @@ func (s *Service) resync(ts *tstate, ch *proto.Chain, succ proto.ChainTarget, r 
 			if h, ok := cur.Head(); !ok || h.ID != ts.ID {
 				return fmt.Errorf("chunk %v v%d pending on target %d: waiting for the head to finish it", id, pv.ver, ts.ID)
 			}
-			if err := s.redriveLocked(ctx, ts, ch.ID, id, c, pv); err != nil {
+			if err := s.redriveHeld(ctx, ts, ch.ID, id, c, pv); err != nil {
 				return fmt.Errorf("chunk %v: finishing pending v%d before the transfer: %w", id, pv.ver, err)
 			}
 			ts.mu.Lock()

@@ -203,12 +203,8 @@ func blocksFor(length int64) int64 { return (length + proto.BlockSize - 1) / pro
 
 // chunk is one chunk's state on a target.
 type chunk struct {
-	// lock is the CRAQ chunk lock: held by an update from local apply
-	// through forwarding to local commit, and by resync while it compares
-	// and transfers the chunk.
-	lock sync.Mutex
-
 	// The fields below are guarded by Target.mu.
+	slot         slot     // the chunk's write slot: its updates run one at a time (slot.go)
 	committed    *version // nil: never written (or dropped)
 	pending      *version // nil: none; else pending.ver == commitVer()+1 or a full replace
 	pendingSince time.Time

@@ -15,8 +15,10 @@ import (
 func apply(t *testing.T, tg *Target, id proto.ChunkID, u update) *version {
 	t.Helper()
 	c := tg.get(id)
-	c.lock.Lock()
-	defer c.lock.Unlock()
+	if !tg.tryAcquire(c) {
+		t.Fatalf("chunk %v: write slot held", id)
+	}
+	defer tg.release(c)
 	u.ver = c.commitVer() + 1
 	if _, err := tg.prepare(id, c, u); err != nil {
 		t.Fatal(err)

@@ -63,3 +63,19 @@ func TestCheckDelta(t *testing.T) {
 		}
 	}
 }
+
+func TestCheckAck(t *testing.T) {
+	for _, c := range []struct {
+		ver, sum, ackVer, ackSum uint64
+		want                     AckCheck
+	}{
+		{3, 0xaa, 3, 0xaa, AckCommit},
+		{3, 0xaa, 3, 0xab, AckReplace}, // same number, other content
+		{3, 0xaa, 2, 0xaa, AckReplace}, // an older version
+		{3, 0xaa, 4, 0xaa, AckReplace}, // a newer one only it holds
+	} {
+		if got := CheckAck(c.ver, c.sum, c.ackVer, c.ackSum); got != c.want {
+			t.Errorf("CheckAck(%d, %x, %d, %x) = %s, want %s", c.ver, c.sum, c.ackVer, c.ackSum, got, c.want)
+		}
+	}
+}

@@ -557,7 +557,7 @@ func (r *Replica) onAck(m Msg) {
 		c.forceFull = true
 		r.forward(m.Chunk, c)
 	case m.Err != "":
-	case c.pending != nil && m.Ver == c.pending.Ver && m.Val == c.pending.Val:
+	case c.pending != nil && CheckAck(c.pending.Ver, c.pending.Val, m.Ver, m.Val) == AckCommit:
 		r.commit(m.Chunk, c)
 	case c.pending != nil:
 		c.forceFull = true // it holds other data: replace it wholesale

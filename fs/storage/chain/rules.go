@@ -42,3 +42,38 @@ func CheckDelta(committed, ver uint64) DeltaCheck {
 	}
 	return DeltaApply
 }
+
+// AckCheck is what a hop does with its successor's acknowledgement of the
+// version it forwarded.
+type AckCheck int
+
+const (
+	// AckCommit: the successor committed this very version (number and
+	// content): commit it here.
+	AckCommit AckCheck = iota
+	// AckReplace: the successor holds another version or content: send it
+	// the whole content (the predecessor's data wins).
+	AckReplace
+)
+
+func (a AckCheck) String() string {
+	switch a {
+	case AckCommit:
+		return "commit"
+	case AckReplace:
+		return "replace"
+	}
+	return "ack?"
+}
+
+// CheckAck is the rule of every hop on an acknowledgement: ver and sum
+// are the version it forwarded and its content's checksum, ackVer and
+// ackSum the successor's committed ones. Shared by Replica (the content
+// itself is its checksum there) and fs/storage.Service (the whole-chunk
+// checksum). Pure.
+func CheckAck(ver, sum, ackVer, ackSum uint64) AckCheck {
+	if ackVer == ver && ackSum == sum {
+		return AckCommit
+	}
+	return AckReplace
+}
