@@ -56,6 +56,8 @@ type grouper struct {
 	leaders int        // guarded by mu: groups being committed
 	max     int        // leaders allowed; 0: groupLeaders (tests set 1)
 
+	idle chan struct{} // guarded by mu: closed while leaders == 0 (nil: idle)
+
 	groups  atomic.Int64 // groups committed (for tests and metrics)
 	grouped atomic.Int64 // operations answered by those groups
 }
@@ -80,6 +82,9 @@ func (s *Service) withIdemGrouped(ctx context.Context, req string, fn func(tx kv
 	}
 	lead := g.leaders < limit
 	if lead {
+		if g.leaders == 0 {
+			g.idle = make(chan struct{})
+		}
 		g.leaders++
 	}
 	g.mu.Unlock()
@@ -106,6 +111,10 @@ func (s *Service) lead(own *groupOp) {
 		n := min(len(g.queue), maxGroupOps)
 		if n == 0 {
 			g.leaders--
+			if g.leaders == 0 {
+				close(g.idle)
+				g.idle = nil
+			}
 			g.mu.Unlock()
 			return
 		}
@@ -231,6 +240,14 @@ func groupContext(ops []*groupOp) (context.Context, context.CancelFunc) {
 		}
 	}
 	return context.WithDeadline(context.WithoutCancel(ops[0].ctx), last)
+}
+
+// busy returns a channel closed when no create or remove is being
+// committed, or nil when none is now.
+func (g *grouper) busy() <-chan struct{} {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.idle
 }
 
 // GroupStats reports how many group transactions committed and how many

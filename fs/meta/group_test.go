@@ -178,3 +178,66 @@ func TestGroupCommitKeepsPerOpErrors(t *testing.T) {
 		t.Errorf("replayed exclusive create: %v", err)
 	}
 }
+
+// The collector waits for the creates and removes in flight on its server
+// before removing each file's chunks (they share the store's commits).
+func TestCollectorYieldsToForeground(t *testing.T) {
+	ctx := context.Background()
+	g := &gateStore{Store: memkv.New(memkv.Options{}), gate: make(chan struct{}), entered: make(chan struct{}, 1)}
+	close(g.gate)
+	s, ch := newTestService(t, g)
+	s.gcYieldMax = time.Hour
+	a, sid, err := s.BeginFile(ctx, "/y", "c", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.AbandonFile(ctx, a.ID, sid); err != nil {
+		t.Fatal(err)
+	}
+	removed := func() int {
+		ch.mu.Lock()
+		defer ch.mu.Unlock()
+		return len(ch.removed)
+	}
+	gate := make(chan struct{})
+	g.gate = gate
+	select {
+	case <-g.entered:
+	default:
+	}
+	defer func() {
+		select {
+		case <-gate:
+		default:
+			close(gate)
+		}
+	}()
+	created := make(chan error, 1)
+	go func() {
+		_, err := s.Create(ctx, "", "/z", true, nil)
+		created <- err
+	}()
+	<-g.entered // the create waits to commit
+
+	collected := make(chan GCStats, 1)
+	go func() {
+		st, err := s.CollectGarbage(ctx, 0)
+		if err != nil {
+			t.Error(err)
+		}
+		collected <- st
+	}()
+	for removed() == 0 && s.gcYields.Load() == 0 {
+		time.Sleep(time.Millisecond)
+	}
+	if removed() > 0 {
+		t.Fatal("the collector removed chunks while a create waited to commit")
+	}
+	close(gate)
+	if err := <-created; err != nil {
+		t.Fatal(err)
+	}
+	if st := <-collected; st.Files != 1 || removed() != 1 {
+		t.Fatalf("after the create: collected %+v, chunks of %d files removed; want 1", st, removed())
+	}
+}

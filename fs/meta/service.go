@@ -9,6 +9,7 @@ import (
 	iofs "io/fs"
 	"math/rand/v2"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/ffkit/ffkit/fs"
@@ -56,6 +57,9 @@ type Service struct {
 	gcCursor map[string][]byte // guarded by gcMu: where the collector's scans resume
 
 	group grouper // creates and removes committed together (group.go)
+
+	gcYields   atomic.Int64  // times the collector waited for foreground operations
+	gcYieldMax time.Duration // 0: gcYieldMax (tests set it longer)
 }
 
 // NewService returns a Service and makes sure the root directory exists.
