@@ -48,6 +48,11 @@ type metaCache struct {
 	mu      sync.Mutex
 	entries map[string]cachedEntry // guarded by mu; by path
 	dirs    map[string]*cachedDir  // guarded by mu; by directory path
+	// treeAt is the generation of the last removal of a directory here
+	// (which may move or drop whole subtrees) and sweptAt that of the
+	// last sweep (which forgets cachedDir.changed): a listing asked for
+	// before either is not cached. Guarded by mu.
+	treeAt, sweptAt uint64
 
 	hits, misses, prefetches atomic.Int64
 }
@@ -81,6 +86,12 @@ type cachedDir struct {
 	// big: a listing found more than prefetchMax entries; not listed for
 	// lookups until bigUntil.
 	bigUntil time.Time
+	// changed is the generation of the last change here to the
+	// directory's names or their descriptions: a listing asked for before
+	// it is not cached (a change elsewhere does not spoil it, so that
+	// concurrent creates in many directories do not discard each other's
+	// listings).
+	changed uint64
 }
 
 func newMetaCache(ttl time.Duration) *metaCache {
@@ -135,6 +146,13 @@ func (c *metaCache) wantListing(dir string) bool {
 	if now.Before(d.bigUntil) {
 		return false
 	}
+	if !d.listedUntil.IsZero() && !now.Before(d.listedUntil) && now.Sub(d.listedUntil) < c.ttl {
+		// Its listing expired a moment ago: the run of lookups that made
+		// it goes on, so list again at once (waiting for prefetchMisses
+		// more misses sent them to the storage one by one, and with them
+		// the creates, which are pipelined only for names known missing).
+		return true
+	}
 	if now.Sub(d.missSince) > c.ttl {
 		d.misses, d.missSince = 0, now
 	}
@@ -174,10 +192,10 @@ func (c *metaCache) putListing(dir string, ents []fs.FileInfo, gen uint64) {
 	c.prefetches.Add(1)
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.gen.Load() != gen {
+	d := c.dirLocked(cleanDir(dir))
+	if d.changed > gen || c.treeAt > gen || c.sweptAt > gen {
 		return
 	}
-	d := c.dirLocked(cleanDir(dir))
 	now := time.Now()
 	if len(ents) > prefetchMax {
 		d.bigUntil = now.Add(c.ttl)
@@ -198,6 +216,7 @@ func (c *metaCache) sweepLocked() {
 	if len(c.entries)+len(c.dirs) < maxCached {
 		return
 	}
+	c.sweptAt = c.gen.Load()
 	now := time.Now()
 	for k, e := range c.entries {
 		if !now.Before(e.until) {
@@ -221,9 +240,10 @@ func (c *metaCache) created(p string, st *fs.FileInfo) {
 	if !c.enabled() {
 		return
 	}
-	c.gen.Add(1)
+	g := c.gen.Add(1)
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	c.dirChangedLocked(p, g)
 	delete(c.entries, p)
 	if st != nil {
 		c.entries[p] = cachedEntry{st: *st, exists: true, until: time.Now().Add(c.ttl)}
@@ -245,9 +265,10 @@ func (c *metaCache) changed(p string) {
 	if !c.enabled() {
 		return
 	}
-	c.gen.Add(1)
+	g := c.gen.Add(1)
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	c.dirChangedLocked(p, g)
 	delete(c.entries, p)
 	dir, name := path.Split(p)
 	if d := c.dirs[cleanDir(dir)]; d != nil && d.names != nil {
@@ -261,9 +282,13 @@ func (c *metaCache) removed(p string, dir bool) {
 	if !c.enabled() {
 		return
 	}
-	c.gen.Add(1)
+	g := c.gen.Add(1)
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	c.dirChangedLocked(p, g)
+	if dir {
+		c.treeAt = g
+	}
 	c.entries[p] = cachedEntry{exists: false, until: time.Now().Add(c.ttl)}
 	parent, name := path.Split(p)
 	c.parentChangedLocked(cleanDir(parent))
@@ -284,6 +309,19 @@ func (c *metaCache) removed(p string, dir bool) {
 		if k == p || strings.HasPrefix(k, prefix) {
 			delete(c.dirs, k)
 		}
+	}
+}
+
+// dirChangedLocked marks, at generation g, the listings that a change of p
+// spoils: its directory's (a name or description) and that directory's
+// parent's (the directory's own times and link count).
+func (c *metaCache) dirChangedLocked(p string, g uint64) {
+	dir, _ := path.Split(p)
+	dir = cleanDir(dir)
+	c.dirLocked(dir).changed = g
+	if dir != "/" && dir != "" {
+		gp, _ := path.Split(dir)
+		c.dirLocked(cleanDir(gp)).changed = g
 	}
 }
 
