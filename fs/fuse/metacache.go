@@ -87,12 +87,20 @@ type cachedDir struct {
 	// lookups until bigUntil.
 	bigUntil time.Time
 	// changed is the generation of the last change here to the
-	// directory's names or their descriptions: a listing asked for before
-	// it is not cached (a change elsewhere does not spoil it, so that
-	// concurrent creates in many directories do not discard each other's
-	// listings).
-	changed uint64
+	// directory's names: a listing asked for before it is not cached (a
+	// change elsewhere does not spoil it, so that concurrent creates in
+	// many directories do not discard each other's listings). described
+	// holds the generation of the last change here to a name's
+	// description: a listing asked for before it is cached with that name
+	// unknown (the close of a file created here, concurrent with the next
+	// lookup's listing, no longer spoils the listing).
+	changed   uint64
+	described map[string]uint64
 }
+
+// maxDescribed bounds cachedDir.described; past it the directory's older
+// changes count as changes of its names.
+const maxDescribed = 4096
 
 func newMetaCache(ttl time.Duration) *metaCache {
 	return &metaCache{ttl: max(ttl, 0), entries: map[string]cachedEntry{}, dirs: map[string]*cachedDir{}}
@@ -196,6 +204,13 @@ func (c *metaCache) putListing(dir string, ents []fs.FileInfo, gen uint64) {
 	if d.changed > gen || c.treeAt > gen || c.sweptAt > gen {
 		return
 	}
+	defer func() {
+		for name, g := range d.described {
+			if _, ok := d.names[name]; ok && g > gen {
+				d.names[name] = nil // changed since it was listed: unknown
+			}
+		}
+	}()
 	now := time.Now()
 	if len(ents) > prefetchMax {
 		d.bigUntil = now.Add(c.ttl)
@@ -243,7 +258,7 @@ func (c *metaCache) created(p string, st *fs.FileInfo) {
 	g := c.gen.Add(1)
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.dirChangedLocked(p, g)
+	c.dirChangedLocked(p, g, true)
 	delete(c.entries, p)
 	if st != nil {
 		c.entries[p] = cachedEntry{st: *st, exists: true, until: time.Now().Add(c.ttl)}
@@ -268,7 +283,7 @@ func (c *metaCache) changed(p string) {
 	g := c.gen.Add(1)
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.dirChangedLocked(p, g)
+	c.dirChangedLocked(p, g, false)
 	delete(c.entries, p)
 	dir, name := path.Split(p)
 	if d := c.dirs[cleanDir(dir)]; d != nil && d.names != nil {
@@ -285,7 +300,7 @@ func (c *metaCache) removed(p string, dir bool) {
 	g := c.gen.Add(1)
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.dirChangedLocked(p, g)
+	c.dirChangedLocked(p, g, true)
 	if dir {
 		c.treeAt = g
 	}
@@ -312,17 +327,36 @@ func (c *metaCache) removed(p string, dir bool) {
 	}
 }
 
-// dirChangedLocked marks, at generation g, the listings that a change of p
-// spoils: its directory's (a name or description) and that directory's
-// parent's (the directory's own times and link count).
-func (c *metaCache) dirChangedLocked(p string, g uint64) {
-	dir, _ := path.Split(p)
+// dirChangedLocked marks, at generation g, what a change of p does to the
+// listings read before it: a change of p's name (named) spoils its
+// directory's; a change of its description makes p unknown in it; either
+// changes the directory's own description (times, link count) in its
+// parent.
+func (c *metaCache) dirChangedLocked(p string, g uint64, named bool) {
+	dir, name := path.Split(p)
 	dir = cleanDir(dir)
-	c.dirLocked(dir).changed = g
-	if dir != "/" && dir != "" {
-		gp, _ := path.Split(dir)
-		c.dirLocked(cleanDir(gp)).changed = g
+	if named {
+		c.dirLocked(dir).changed = g
+	} else {
+		c.describedLocked(dir, name, g)
 	}
+	if dir != "/" && dir != "" {
+		gp, dname := path.Split(dir)
+		c.describedLocked(cleanDir(gp), dname, g)
+	}
+}
+
+func (c *metaCache) describedLocked(dir, name string, g uint64) {
+	d := c.dirLocked(dir)
+	if len(d.described) >= maxDescribed {
+		clear(d.described)
+		d.changed = g
+		return
+	}
+	if d.described == nil {
+		d.described = map[string]uint64{}
+	}
+	d.described[name] = g
 }
 
 // parentChangedLocked drops the description of directory dir, whose

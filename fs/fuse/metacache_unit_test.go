@@ -35,6 +35,18 @@ func TestListingSpoiledOnlyByItsDirectory(t *testing.T) {
 		t.Error("a listing of /d read before a create in /d/e was cached")
 	}
 
+	// A description changed while /h was listed (a file created here
+	// closed): the listing is cached, with that name unknown.
+	g = c.generation()
+	c.changed("/h/f")
+	c.putListing("/h", []fs.FileInfo{{Name: "f"}, {Name: "g"}}, g)
+	if _, _, ok := c.lookup("/h/f"); ok {
+		t.Error("a name whose description changed during the listing was answered from it")
+	}
+	if _, exists, ok := c.lookup("/h/g"); !ok || !exists {
+		t.Error("a listing read while one of its names was described anew was not cached")
+	}
+
 	g = c.generation()
 	c.removed("/q/sub", true)
 	c.putListing("/r", nil, g)
