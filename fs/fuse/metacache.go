@@ -48,6 +48,11 @@ type metaCache struct {
 	mu      sync.Mutex
 	entries map[string]cachedEntry // guarded by mu; by path
 	dirs    map[string]*cachedDir  // guarded by mu; by directory path
+	// treeAt is the generation of the last removal of a directory here
+	// (which may move or drop whole subtrees) and sweptAt that of the
+	// last sweep (which forgets cachedDir.changed): a listing asked for
+	// before either is not cached. Guarded by mu.
+	treeAt, sweptAt uint64
 
 	hits, misses, prefetches atomic.Int64
 }
@@ -81,7 +86,21 @@ type cachedDir struct {
 	// big: a listing found more than prefetchMax entries; not listed for
 	// lookups until bigUntil.
 	bigUntil time.Time
+	// changed is the generation of the last change here to the
+	// directory's names: a listing asked for before it is not cached (a
+	// change elsewhere does not spoil it, so that concurrent creates in
+	// many directories do not discard each other's listings). described
+	// holds the generation of the last change here to a name's
+	// description: a listing asked for before it is cached with that name
+	// unknown (the close of a file created here, concurrent with the next
+	// lookup's listing, no longer spoils the listing).
+	changed   uint64
+	described map[string]uint64
 }
+
+// maxDescribed bounds cachedDir.described; past it the directory's older
+// changes count as changes of its names.
+const maxDescribed = 4096
 
 func newMetaCache(ttl time.Duration) *metaCache {
 	return &metaCache{ttl: max(ttl, 0), entries: map[string]cachedEntry{}, dirs: map[string]*cachedDir{}}
@@ -135,6 +154,13 @@ func (c *metaCache) wantListing(dir string) bool {
 	if now.Before(d.bigUntil) {
 		return false
 	}
+	if !d.listedUntil.IsZero() && !now.Before(d.listedUntil) && now.Sub(d.listedUntil) < c.ttl {
+		// Its listing expired a moment ago: the run of lookups that made
+		// it goes on, so list again at once (waiting for prefetchMisses
+		// more misses sent them to the storage one by one, and with them
+		// the creates, which are pipelined only for names known missing).
+		return true
+	}
 	if now.Sub(d.missSince) > c.ttl {
 		d.misses, d.missSince = 0, now
 	}
@@ -174,10 +200,17 @@ func (c *metaCache) putListing(dir string, ents []fs.FileInfo, gen uint64) {
 	c.prefetches.Add(1)
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.gen.Load() != gen {
+	d := c.dirLocked(cleanDir(dir))
+	if d.changed > gen || c.treeAt > gen || c.sweptAt > gen {
 		return
 	}
-	d := c.dirLocked(cleanDir(dir))
+	defer func() {
+		for name, g := range d.described {
+			if _, ok := d.names[name]; ok && g > gen {
+				d.names[name] = nil // changed since it was listed: unknown
+			}
+		}
+	}()
 	now := time.Now()
 	if len(ents) > prefetchMax {
 		d.bigUntil = now.Add(c.ttl)
@@ -198,6 +231,7 @@ func (c *metaCache) sweepLocked() {
 	if len(c.entries)+len(c.dirs) < maxCached {
 		return
 	}
+	c.sweptAt = c.gen.Load()
 	now := time.Now()
 	for k, e := range c.entries {
 		if !now.Before(e.until) {
@@ -221,9 +255,10 @@ func (c *metaCache) created(p string, st *fs.FileInfo) {
 	if !c.enabled() {
 		return
 	}
-	c.gen.Add(1)
+	g := c.gen.Add(1)
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	c.dirChangedLocked(p, g, true)
 	delete(c.entries, p)
 	if st != nil {
 		c.entries[p] = cachedEntry{st: *st, exists: true, until: time.Now().Add(c.ttl)}
@@ -245,9 +280,10 @@ func (c *metaCache) changed(p string) {
 	if !c.enabled() {
 		return
 	}
-	c.gen.Add(1)
+	g := c.gen.Add(1)
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	c.dirChangedLocked(p, g, false)
 	delete(c.entries, p)
 	dir, name := path.Split(p)
 	if d := c.dirs[cleanDir(dir)]; d != nil && d.names != nil {
@@ -261,9 +297,13 @@ func (c *metaCache) removed(p string, dir bool) {
 	if !c.enabled() {
 		return
 	}
-	c.gen.Add(1)
+	g := c.gen.Add(1)
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	c.dirChangedLocked(p, g, true)
+	if dir {
+		c.treeAt = g
+	}
 	c.entries[p] = cachedEntry{exists: false, until: time.Now().Add(c.ttl)}
 	parent, name := path.Split(p)
 	c.parentChangedLocked(cleanDir(parent))
@@ -285,6 +325,38 @@ func (c *metaCache) removed(p string, dir bool) {
 			delete(c.dirs, k)
 		}
 	}
+}
+
+// dirChangedLocked marks, at generation g, what a change of p does to the
+// listings read before it: a change of p's name (named) spoils its
+// directory's; a change of its description makes p unknown in it; either
+// changes the directory's own description (times, link count) in its
+// parent.
+func (c *metaCache) dirChangedLocked(p string, g uint64, named bool) {
+	dir, name := path.Split(p)
+	dir = cleanDir(dir)
+	if named {
+		c.dirLocked(dir).changed = g
+	} else {
+		c.describedLocked(dir, name, g)
+	}
+	if dir != "/" && dir != "" {
+		gp, dname := path.Split(dir)
+		c.describedLocked(cleanDir(gp), dname, g)
+	}
+}
+
+func (c *metaCache) describedLocked(dir, name string, g uint64) {
+	d := c.dirLocked(dir)
+	if len(d.described) >= maxDescribed {
+		clear(d.described)
+		d.changed = g
+		return
+	}
+	if d.described == nil {
+		d.described = map[string]uint64{}
+	}
+	d.described[name] = g
 }
 
 // parentChangedLocked drops the description of directory dir, whose

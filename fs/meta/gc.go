@@ -58,6 +58,7 @@ func (s *Service) CollectGarbage(ctx context.Context, limit int) (GCStats, error
 		if len(e.Key) < 12 {
 			continue
 		}
+		s.yield(ctx)
 		inode := beUint64(e.Key[4:12])
 		sid := string(e.Key[12:])
 		err := s.store.Update(ctx, func(tx kv.Txn) error {
@@ -109,6 +110,7 @@ func (s *Service) CollectGarbage(ctx context.Context, limit int) (GCStats, error
 	}
 	for i := range recs {
 		r := &recs[i]
+		s.yield(ctx)
 		// A truncation's own call collects its record before it returns;
 		// the collector takes over only records left by a server that died
 		// first. Collecting a young one here could cut a chunk after the
@@ -238,6 +240,35 @@ func (s *Service) collect(ctx context.Context, r *gcRecord) error {
 		}
 		return nil
 	})
+}
+
+// gcYieldMax bounds how long the collector waits, per file, for the
+// creates and removes in flight on this server to be answered: it yields
+// to them (a create loop at 545/s fell to 32/s while the collector removed
+// 20,000 files beside it, both sharing the store's commits), yet it still
+// makes progress under a steady stream of them (at least one file per
+// gcYieldMax, 50/s).
+const gcYieldMax = 20 * time.Millisecond
+
+// yield waits until no foreground create or remove is in flight on this
+// server, for at most s.gcYieldMax (default gcYieldMax).
+func (s *Service) yield(ctx context.Context) {
+	ch := s.group.busy()
+	if ch == nil {
+		return
+	}
+	s.gcYields.Add(1)
+	d := s.gcYieldMax
+	if d <= 0 {
+		d = gcYieldMax
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ch:
+	case <-t.C:
+	case <-ctx.Done():
+	}
 }
 
 func beUint64(b []byte) uint64 {

@@ -9,6 +9,7 @@ import (
 	iofs "io/fs"
 	"math/rand/v2"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/ffkit/ffkit/fs"
@@ -54,6 +55,11 @@ type Service struct {
 
 	gcMu     sync.Mutex
 	gcCursor map[string][]byte // guarded by gcMu: where the collector's scans resume
+
+	group grouper // creates and removes committed together (group.go)
+
+	gcYields   atomic.Int64  // times the collector waited for foreground operations
+	gcYieldMax time.Duration // 0: gcYieldMax (tests set it longer)
 }
 
 // NewService returns a Service and makes sure the root directory exists.
@@ -349,31 +355,9 @@ func parentInode(ctx context.Context, tx kv.Txn, path string, comps []string) (*
 func (s *Service) withIdem(ctx context.Context, req string, fn func(tx kv.Txn) (any, error), out any) error {
 	var res []byte
 	err := s.store.Update(ctx, func(tx kv.Txn) error {
-		res = nil
-		if req != "" {
-			var rec idem
-			ok, err := getJSON(ctx, tx, idemKey(req), &rec)
-			if err != nil {
-				return err
-			}
-			if ok {
-				res = rec.Result
-				return nil
-			}
-		}
-		v, err := fn(tx)
-		if err != nil {
-			return err
-		}
-		b, err := json.Marshal(v)
-		if err != nil {
-			return err
-		}
-		if req != "" {
-			setJSON(tx, idemKey(req), idem{Result: b, At: nowNano()})
-		}
-		res = b
-		return nil
+		var err error
+		res, err = idemRun(ctx, tx, req, fn)
+		return err
 	})
 	if err != nil {
 		return err
@@ -382,6 +366,33 @@ func (s *Service) withIdem(ctx context.Context, req string, fn func(tx kv.Txn) (
 		return json.Unmarshal(res, out)
 	}
 	return nil
+}
+
+// idemRun runs fn in tx unless request req already stored its result, and
+// stores fn's result under req; it returns the result (JSON).
+func idemRun(ctx context.Context, tx kv.Txn, req string, fn func(tx kv.Txn) (any, error)) ([]byte, error) {
+	if req != "" {
+		var rec idem
+		ok, err := getJSON(ctx, tx, idemKey(req), &rec)
+		if err != nil {
+			return nil, err
+		}
+		if ok {
+			return rec.Result, nil
+		}
+	}
+	v, err := fn(tx)
+	if err != nil {
+		return nil, err
+	}
+	b, err := json.Marshal(v)
+	if err != nil {
+		return nil, err
+	}
+	if req != "" {
+		setJSON(tx, idemKey(req), idem{Result: b, At: nowNano()})
+	}
+	return b, nil
 }
 
 // --- read operations ---
@@ -601,7 +612,7 @@ func (s *Service) create(ctx context.Context, req, path string, exclusive bool, 
 	if sid == "" {
 		result = &plain
 	}
-	err = s.withIdem(ctx, req, func(tx kv.Txn) (any, error) {
+	err = s.withIdemGrouped(ctx, req, func(tx kv.Txn) (any, error) {
 		parent, err := parentInode(ctx, tx, path, comps)
 		if err != nil {
 			return nil, err
@@ -704,7 +715,7 @@ func (s *Service) Remove(ctx context.Context, req, path string) error {
 	if len(comps) == 0 {
 		return merr(ErrInvalid, "meta: remove /")
 	}
-	return s.withIdem(ctx, req, func(tx kv.Txn) (any, error) {
+	return s.withIdemGrouped(ctx, req, func(tx kv.Txn) (any, error) {
 		pid, name, de, err := lookupEntry(ctx, tx, "remove", path, comps)
 		if err != nil {
 			return nil, err

@@ -127,6 +127,17 @@ func StartEmbedded(ctx context.Context, c EmbedConfig) (*Server, error) {
 	cu := url.URL{Scheme: scheme, Host: c.ClientAddr}
 	pu := url.URL{Scheme: scheme, Host: c.PeerAddr}
 	cfg.ListenClientUrls, cfg.AdvertiseClientUrls = []url.URL{cu}, []url.URL{cu}
+	// etcd's HTTP endpoints (health, version) get a port of their own, so
+	// that the client port serves gRPC alone with gRPC's own server: when
+	// one TLS port serves both, gRPC goes through net/http's HTTP/2 server
+	// (etcd's grpcHandlerFunc), which costs the metadata service about
+	// half of its etcd round-trip throughput (profile in
+	// docs/perf/meta-mount.md).
+	httpAddr, err := FreeAddr()
+	if err != nil {
+		return nil, fmt.Errorf("%w: etcdkv: %v", kv.ErrUnavailable, err)
+	}
+	cfg.ListenClientHttpUrls = []url.URL{{Scheme: scheme, Host: httpAddr}}
 	cfg.ListenPeerUrls, cfg.AdvertisePeerUrls = []url.URL{pu}, []url.URL{pu}
 	cfg.InitialCluster = c.InitialCluster
 	if cfg.InitialCluster == "" {

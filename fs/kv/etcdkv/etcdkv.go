@@ -240,6 +240,17 @@ type txn struct {
 	cmpKeys map[string]int64
 	// cmpRanges: ranges read with Range; no key in them may change after rev.
 	cmpRanges []wbuf.Range
+	// got: keys read with a point read, as they were at rev (a read
+	// revision's contents never change, so a second read of a key, as the
+	// metadata service's grouped operations in one directory make, costs
+	// no round trip).
+	got map[string]gotKey
+}
+
+type gotKey struct {
+	val []byte
+	mod int64
+	ok  bool
 }
 
 func (t *txn) get(ctx context.Context, key []byte, conflict bool) ([]byte, bool, error) {
@@ -249,22 +260,27 @@ func (t *txn) get(ctx context.Context, key []byte, conflict bool) ([]byte, bool,
 	if v, ok, found := t.buf.Lookup(key); found {
 		return v, ok, nil
 	}
-	resp, err := t.read(ctx, string(key))
-	if err != nil {
-		return nil, false, mapErr(ctx, "get", err)
-	}
-	if t.rev == 0 {
-		t.rev = resp.Header.Revision
-	}
-	var val []byte
-	var mod int64
-	ok := len(resp.Kvs) > 0
-	if ok {
-		val, mod = resp.Kvs[0].Value, resp.Kvs[0].ModRevision
-		if val == nil {
-			val = []byte{}
+	g, cached := t.got[string(key)]
+	if !cached {
+		resp, err := t.read(ctx, string(key))
+		if err != nil {
+			return nil, false, mapErr(ctx, "get", err)
 		}
+		if t.rev == 0 {
+			t.rev = resp.Header.Revision
+		}
+		if g.ok = len(resp.Kvs) > 0; g.ok {
+			g.val, g.mod = resp.Kvs[0].Value, resp.Kvs[0].ModRevision
+			if g.val == nil {
+				g.val = []byte{}
+			}
+		}
+		if t.got == nil {
+			t.got = map[string]gotKey{}
+		}
+		t.got[string(key)] = g
 	}
+	val, mod, ok := g.val, g.mod, g.ok
 	if conflict && !t.readOnly {
 		t.noteKey(string(key), mod)
 	}
