@@ -1047,20 +1047,19 @@ func tiles(reads []ChunkRead, sp *span, n int64) [][]byte {
 		return [][]byte{reads[sp.members[0]].Buf[:n]}
 	}
 	var out [][]byte
-	at := int64(0)
+	at := int64(0) // where the next buffer must start, from sp.off
 	for _, m := range sp.members {
-		if at >= n {
-			break
-		}
 		q := &reads[m]
 		if q.Off != sp.off+at || at%proto.BlockSize != 0 {
 			return nil
 		}
-		k := min(int64(len(q.Buf)), n-at)
-		out = append(out, q.Buf[:k])
-		at += k
+		if at < n {
+			out = append(out, q.Buf[:min(int64(len(q.Buf)), n-at)])
+		}
+		// A buffer past the n bytes gets none (it is zeroed after).
+		at += int64(len(q.Buf))
 	}
-	if at != n {
+	if at < n {
 		return nil
 	}
 	return out

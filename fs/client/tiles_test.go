@@ -24,6 +24,8 @@ func TestTiles(t *testing.T) {
 		{"short chunk, last piece empty", []ChunkRead{read(0, 2*bs), read(2*bs, 2*bs)}, 2 * bs, []int{2 * bs}},
 		{"gap", []ChunkRead{read(0, bs), read(2*bs, bs)}, 3 * bs, nil},
 		{"overlap", []ChunkRead{read(0, 2*bs), read(bs, 2*bs)}, 3 * bs, nil},
+		{"inside another", []ChunkRead{read(0, 3*bs), read(bs, bs)}, 3 * bs, nil},
+		{"inside another, short chunk", []ChunkRead{read(0, 3*bs), read(bs, bs)}, 2 * bs, nil},
 		{"inside a block", []ChunkRead{read(0, 100), read(100, bs)}, bs + 100, nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
