@@ -111,11 +111,13 @@ func (n *node) Open(_ context.Context, flags uint32) (gofs.FileHandle, uint32, s
 		if h.ra != nil && h.ra.isWhole() && h.storeCache(ctx, epoch, kernelSize) {
 			// The kernel's page cache holds the whole file as it is now:
 			// keep it, and every read is served without a round trip.
-			return h, gofuse.FOPEN_KEEP_CACHE, 0
+			return h, gofuse.FOPEN_KEEP_CACHE | gofuse.FOPEN_NOFLUSH, 0
 		}
 		// No FOPEN_KEEP_CACHE: the kernel drops cached pages on open
-		// (close-to-open consistency).
-		return h, 0, 0
+		// (close-to-open consistency). FOPEN_NOFLUSH: a read-only handle
+		// has nothing to flush, so close(2) does not wait for a FLUSH
+		// round trip through the mount.
+		return h, gofuse.FOPEN_NOFLUSH, 0
 	}
 	if s.rw == nil {
 		if trunc && flags&syscall.O_ACCMODE == syscall.O_WRONLY {
