@@ -859,19 +859,27 @@ func (c *Client) readBatch(ctx context.Context, r *proto.Routing, reads []ChunkR
 	bad := make([]bool, len(b.ios))     // bytes that failed the client's check
 	local := make([][]byte, len(b.ios)) // a local read's block CRCs
 	// deliver fills IO i's callers' buffers with its n bytes, checked
-	// against sums, by fill: a span read for one buffer at its offset
-	// lands in place; merged spans go through a scratch buffer and are
-	// scattered.
+	// against sums, by fill: a span read for one buffer at its offset, or
+	// for buffers that follow each other at block boundaries (a whole
+	// file fetched in pieces), lands in place; other merged spans go
+	// through a scratch buffer and are scattered.
 	deliver := func(i int, n int64, fill fillFunc, sums []byte) error {
 		sp := b.spans[i]
-		if len(sp.members) == 1 && reads[sp.members[0]].Off == sp.off {
-			ok, err := fill(reads[sp.members[0]].Buf[:n], sums)
-			bad[i] = !ok
-			return err
+		if pieces := tiles(reads, sp, n); pieces != nil {
+			at := int64(0)
+			for _, p := range pieces {
+				ok, err := fill(p, at, sumsAt(sums, at))
+				bad[i] = bad[i] || !ok
+				if err != nil {
+					return err
+				}
+				at += int64(len(p))
+			}
+			return nil
 		}
 		tmp := transport.GetBuffer(int(n))
 		defer transport.PutBuffer(tmp)
-		ok, err := fill(tmp, sums)
+		ok, err := fill(tmp, 0, sums)
 		bad[i] = !ok
 		if err == nil && ok {
 			for _, m := range sp.members {
@@ -1018,14 +1026,51 @@ func (c *Client) readBatch(ctx context.Context, r *proto.Routing, reads []ChunkR
 // verified by the client; smaller ones by the target.
 const clientVerifyMin = 64 << 10
 
-// fillFunc fills buf with the bytes of one read and checks them against
-// sums (the big-endian CRC32C of each proto.BlockSize block; nil: no
-// check): ok=false on a mismatch. err is a read error.
-type fillFunc func(buf, sums []byte) (ok bool, err error)
+// fillFunc fills buf with the bytes at offset at of one read and checks
+// them against sums (the big-endian CRC32C of each proto.BlockSize block
+// of buf; nil: no check): ok=false on a mismatch. err is a read error. A
+// read is filled in one call, or in several of consecutive pieces, in
+// order, each starting at a block boundary.
+type fillFunc func(buf []byte, at int64, sums []byte) (ok bool, err error)
 
-// streamFill fills from a stream (the connection, a file section).
+// streamFill fills from a stream (the connection, a file section), in
+// order.
 func streamFill(r io.Reader) fillFunc {
-	return func(buf, sums []byte) (bool, error) { return readVerified(r, buf, sums) }
+	return func(buf []byte, _ int64, sums []byte) (bool, error) { return readVerified(r, buf, sums) }
+}
+
+// tiles returns the callers' buffers of span sp, in order, cut to its n
+// bytes, if they follow each other from sp.off with every boundary on a
+// block (so that each piece has its own block CRCs); nil otherwise.
+func tiles(reads []ChunkRead, sp *span, n int64) [][]byte {
+	if len(sp.members) == 1 && reads[sp.members[0]].Off == sp.off {
+		return [][]byte{reads[sp.members[0]].Buf[:n]}
+	}
+	var out [][]byte
+	at := int64(0) // where the next buffer must start, from sp.off
+	for _, m := range sp.members {
+		q := &reads[m]
+		if q.Off != sp.off+at || at%proto.BlockSize != 0 {
+			return nil
+		}
+		if at < n {
+			out = append(out, q.Buf[:min(int64(len(q.Buf)), n-at)])
+		}
+		// A buffer past the n bytes gets none (it is zeroed after).
+		at += int64(len(q.Buf))
+	}
+	if at < n {
+		return nil
+	}
+	return out
+}
+
+// sumsAt returns the block CRCs from byte at (a block boundary) on.
+func sumsAt(sums []byte, at int64) []byte {
+	if sums == nil {
+		return nil
+	}
+	return sums[4*(at/proto.BlockSize):]
 }
 
 // checkSums reports whether every block of buf matches sums (nil: no

@@ -90,12 +90,12 @@ var bouncePool = sync.Pool{New: func() any {
 // buffer is read straight into it; any other (an unaligned buffer, the
 // short tail of a chunk) through an aligned bounce buffer.
 func directFill(f *os.File, off int64) fillFunc {
-	return func(buf, sums []byte) (bool, error) {
+	return func(buf []byte, at0 int64, sums []byte) (bool, error) {
 		var g errgroup.Group
 		g.SetLimit(directParallel)
 		for lo := 0; lo < len(buf); lo += directPiece {
 			p := buf[lo:min(lo+directPiece, len(buf))]
-			at := off + int64(lo)
+			at := off + at0 + int64(lo)
 			g.Go(func() error { return readDirect(f, p, at) })
 		}
 		if err := g.Wait(); err != nil {

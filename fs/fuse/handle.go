@@ -61,6 +61,7 @@ func (n *node) Open(_ context.Context, flags uint32) (gofs.FileHandle, uint32, s
 
 	n.mu.Lock()
 	active := n.wf != nil || n.seq != nil
+	epoch := n.epoch
 	n.mu.Unlock()
 	if !write && !trunc && !active {
 		// A reader that opened with O_DIRECT bypasses the page cache below
@@ -101,9 +102,22 @@ func (n *node) Open(_ context.Context, flags uint32) (gofs.FileHandle, uint32, s
 				s.prefetchAfter(p)
 			}
 		}
+		// The kernel's length of the file is the LOOKUP's (st) if the
+		// open used it; else unknown.
+		kernelSize := int64(-1)
+		if ok {
+			kernelSize = st.Size
+		}
+		if h.ra != nil && h.ra.isWhole() && h.storeCache(ctx, epoch, kernelSize) {
+			// The kernel's page cache holds the whole file as it is now:
+			// keep it, and every read is served without a round trip.
+			return h, gofuse.FOPEN_KEEP_CACHE | gofuse.FOPEN_NOFLUSH, 0
+		}
 		// No FOPEN_KEEP_CACHE: the kernel drops cached pages on open
-		// (close-to-open consistency).
-		return h, 0, 0
+		// (close-to-open consistency). FOPEN_NOFLUSH: a read-only handle
+		// has nothing to flush, so close(2) does not wait for a FLUSH
+		// round trip through the mount.
+		return h, gofuse.FOPEN_NOFLUSH, 0
 	}
 	if s.rw == nil {
 		if trunc && flags&syscall.O_ACCMODE == syscall.O_WRONLY {
@@ -306,6 +320,54 @@ func (n *node) Create(fctx context.Context, name string, flags uint32, mode uint
 	s.fillAttr(cn.report(s.newFileInfo(ctx, name)), &out.Attr)
 	h := &writeHandle{n: cn, wf: wf, writable: flags&syscall.O_ACCMODE != syscall.O_RDONLY}
 	return child, h, gofuse.FOPEN_PARALLEL_DIRECT_WRITES, 0
+}
+
+// storeCache waits for the whole-file fetch of h and writes the file
+// into the kernel's page cache (FUSE_NOTIFY_STORE), so that its reads
+// need no round trip through the mount: on a loaded host each READ waits
+// for the mount's threads to get a core. True if the page cache now
+// holds every byte of the file as this open sees it (the open may then
+// keep the cache); false leaves the kernel to drop its cached pages at
+// open, as without it. kernelSize is the file's length as the kernel
+// knows it (-1: unknown): pages past the fetched length are dropped unless
+// it is that length.
+func (h *readHandle) storeCache(ctx context.Context, epoch uint64, kernelSize int64) bool {
+	n, s := h.n, h.n.srv
+	if s.opts.NoStoreCache {
+		return false
+	}
+	blocks, ok := h.ra.wholeBlocks(ctx)
+	if !ok {
+		return false
+	}
+	for _, b := range blocks {
+		if errno := n.WriteCache(b.off, b.buf); errno != 0 {
+			h.ra.release(blocks, false)
+			return false
+		}
+	}
+	h.ra.release(blocks, false)
+	// Pages past the end the fetch saw (the kernel's length may be an
+	// older, longer one's) must not be kept.
+	if kernelSize != h.ra.size {
+		end := (h.ra.size + pageSize - 1) &^ (pageSize - 1)
+		if errno := n.NotifyContent(end, -1); errno != 0 {
+			return false
+		}
+	}
+	// A write opened (or closed) through this mount meanwhile may have
+	// put newer bytes in the cache than the store: then the open drops it.
+	n.mu.Lock()
+	changed := n.epoch != epoch || n.wf != nil || n.seq != nil
+	n.mu.Unlock()
+	if changed {
+		return false
+	}
+	s.stats.storedFiles.Add(1)
+	// Reads come from the kernel's cache now; one it evicted meanwhile is
+	// read from the storage. The fetch's memory goes back at once.
+	h.ra.close()
+	return true
 }
 
 func (h *readHandle) Read(_ context.Context, dest []byte, off int64) (gofuse.ReadResult, syscall.Errno) {

@@ -78,6 +78,10 @@ type Options struct {
 	// before the reader needs them. Default 4 MiB; negative leaves the
 	// kernel's default (128 KiB).
 	KernelReadAhead int
+	// NoStoreCache: a file fetched whole at open is not written into the
+	// kernel's page cache (FUSE_NOTIFY_STORE) before the open returns;
+	// its reads then each come to the mount. Default false.
+	NoStoreCache bool
 	// WriteBuffer is the write-behind window of a file open for writing:
 	// writes inside an aligned window of this size are gathered and stored
 	// as one write when the writer moves on (see writeBuffer). Default
@@ -173,6 +177,9 @@ type Stats struct {
 	ReadAheadWasted int64 `json:"read_ahead_wasted"`
 	// WholeFiles counts the files fetched whole at open (ReadWhole).
 	WholeFiles int64 `json:"whole_files"`
+	// StoredFiles counts the files written whole into the kernel's page
+	// cache at open (Options.NoStoreCache).
+	StoredFiles int64 `json:"stored_files"`
 	// OpensFromLookup counts the opens that used the answer of the
 	// LOOKUP before them (no metadata round trip of their own).
 	OpensFromLookup int64 `json:"opens_from_lookup"`
@@ -216,6 +223,7 @@ type Server struct {
 		reads, readBytes, writes, writeBytes, batches, batchedReads    atomic.Int64
 		raHits, raBytes, raWaits, raWaitNanos, raWasted, errors        atomic.Int64
 		wholeFiles, openLooked, prefetched, prefetchUsed, createsAsync atomic.Int64
+		storedFiles                                                    atomic.Int64
 	}
 
 	// stopLogged: a call failed because the mount is stopping (logged once).
@@ -367,6 +375,7 @@ func (s *Server) Stats() Stats {
 		ReadAheadWaitSeconds: time.Duration(s.stats.raWaitNanos.Load()).Seconds(),
 		ReadAheadWasted:      s.stats.raWasted.Load(),
 		WholeFiles:           s.stats.wholeFiles.Load(),
+		StoredFiles:          s.stats.storedFiles.Load(),
 		OpensFromLookup:      s.stats.openLooked.Load(),
 		FilesPrefetched:      s.stats.prefetched.Load(),
 		PrefetchesUsed:       s.stats.prefetchUsed.Load(),

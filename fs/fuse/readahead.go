@@ -243,6 +243,49 @@ func (ra *readahead) fetchWhole(ahead bool) bool {
 	return true
 }
 
+// isWhole: the whole file is fetched (fetchWhole).
+func (ra *readahead) isWhole() bool {
+	ra.mu.Lock()
+	defer ra.mu.Unlock()
+	return ra.whole && !ra.closed
+}
+
+// wholeBlocks waits for a whole-file fetch and returns its blocks in
+// order, each held until the caller releases them (release); false if
+// the fetch failed, ctx ended, or the window was closed.
+func (ra *readahead) wholeBlocks(ctx context.Context) ([]*raBlock, bool) {
+	ra.mu.Lock()
+	if ra.closed || !ra.whole {
+		ra.mu.Unlock()
+		return nil, false
+	}
+	var bs []*raBlock
+	for o := int64(0); o < ra.size; o += ra.bs {
+		b, ok := ra.blocks[o]
+		if !ok {
+			ra.mu.Unlock()
+			ra.release(bs, false)
+			return nil, false
+		}
+		b.readers++
+		bs = append(bs, b)
+	}
+	ra.mu.Unlock()
+	for _, b := range bs {
+		select {
+		case <-b.done:
+		case <-ctx.Done():
+			ra.release(bs, false)
+			return nil, false
+		}
+		if b.err != nil {
+			ra.release(bs, true)
+			return nil, false
+		}
+	}
+	return bs, true
+}
+
 // raResult is a FUSE read reply made of slices of read-ahead blocks. It
 // implements go-fuse's vectored result (Slices), so the reply is written
 // with writev straight from the blocks, which are released by Done.

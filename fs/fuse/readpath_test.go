@@ -63,14 +63,54 @@ func TestReadWholeSmallFiles(t *testing.T) {
 		}
 	}
 	st := srv.Stats()
-	if st.WholeFiles != files {
-		t.Errorf("%d files opened, %d fetched whole: %+v", files, st.WholeFiles, st)
+	if st.WholeFiles != files || st.StoredFiles != files {
+		t.Errorf("%d files opened, %d fetched whole, %d stored in the kernel's cache: %+v", files, st.WholeFiles, st.StoredFiles, st)
 	}
-	if st.Reads == 0 || st.ReadAheadHits != st.Reads {
+	// Every read was served by the kernel from the stored pages, or by
+	// the mount from the fetched files.
+	if st.ReadAheadHits != st.Reads {
 		t.Errorf("%d of %d reads served from the fetched files: %+v", st.ReadAheadHits, st.Reads, st)
 	}
 	if st.Batches != 0 {
 		t.Errorf("%d reads went to the storage one by one: %+v", st.BatchedReads, st)
+	}
+
+	// The files change behind the mount (new bytes, one shorter, one
+	// longer): an open sees them, not the pages stored before.
+	for i := range files {
+		d := fusetest.Pattern(int64(80+i), size-(i-1)*100000)
+		if err := os.WriteFile(filepath.Join(src, fmt.Sprint(i)), d, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		data[i] = d
+	}
+	for i := range files {
+		got, err := os.ReadFile(filepath.Join(mnt, fmt.Sprint(i)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(got, data[i]) {
+			t.Fatalf("file %d after a change behind the mount: %d bytes, want %d, or the bytes differ", i, len(got), len(data[i]))
+		}
+	}
+}
+
+// TestStoreCacheOff: with Options.NoStoreCache, files fetched whole are
+// not stored in the kernel's cache; their reads come to the mount.
+func TestStoreCacheOff(t *testing.T) {
+	src := t.TempDir()
+	const size = 2<<20 + 7
+	d := fusetest.Pattern(5, size)
+	if err := os.WriteFile(filepath.Join(src, "f"), d, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	mnt, srv := mount(t, localfs.New(), src, fuse.Options{NoStoreCache: true})
+	got, err := os.ReadFile(filepath.Join(mnt, "f"))
+	if err != nil || !bytes.Equal(got, d) {
+		t.Fatalf("read: %d bytes, %v; want the file's %d", len(got), err, size)
+	}
+	if st := srv.Stats(); st.WholeFiles != 1 || st.StoredFiles != 0 || st.Reads == 0 || st.ReadAheadHits != st.Reads {
+		t.Errorf("stats: %+v", st)
 	}
 }
 

@@ -14,11 +14,13 @@ import (
 	"path"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
 
 	"github.com/hanwen/go-fuse/v2/posixtest"
+	"golang.org/x/sys/unix"
 
 	"github.com/ffkit/ffkit/fs"
 )
@@ -359,6 +361,46 @@ func RunPOSIX(t *testing.T, mnt string, native fs.FS, nativeRoot string) {
 		var st syscall.Statfs_t
 		if err := syscall.Statfs(mnt, &st); err != nil || st.Blocks == 0 {
 			t.Errorf("statfs: %+v %v", st, err)
+		}
+	})
+
+	t.Run("Xattr", func(t *testing.T) {
+		if _, ok := native.(fs.Xattrer); !ok {
+			t.Skip("the backend stores no extended attributes")
+		}
+		f := p("xa")
+		if err := os.WriteFile(f, []byte("x"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := unix.Setxattr(f, "user.a", []byte("v1"), 0); err != nil {
+			t.Fatalf("setxattr user.a: %v", err)
+		}
+		buf := make([]byte, 64)
+		if n, err := unix.Getxattr(f, "user.a", buf); err != nil || string(buf[:n]) != "v1" {
+			t.Fatalf("getxattr user.a: %q, %v; want v1", buf[:max(n, 0)], err)
+		}
+		if n, err := unix.Listxattr(f, buf); err != nil || !slices.Contains(strings.Split(string(buf[:n]), "\x00"), "user.a") {
+			t.Fatalf("listxattr: %q, %v; want user.a in it", buf[:max(n, 0)], err)
+		}
+		if err := unix.Setxattr(f, "user.a", []byte("v2"), unix.XATTR_CREATE); err != unix.EEXIST {
+			t.Errorf("setxattr XATTR_CREATE of an existing name: %v, want EEXIST", err)
+		}
+		if err := unix.Setxattr(f, "user.b", []byte("v"), unix.XATTR_REPLACE); err != unix.ENODATA {
+			t.Errorf("setxattr XATTR_REPLACE of a missing name: %v, want ENODATA", err)
+		}
+		// Only user.* names are stored: the others are refused as a file
+		// system without them refuses them, whoever asks.
+		if err := unix.Setxattr(f, "trusted.x", []byte("v"), 0); err != unix.ENOTSUP {
+			t.Errorf("setxattr trusted.x: %v, want ENOTSUP", err)
+		}
+		if err := unix.Removexattr(f, "user.a"); err != nil {
+			t.Fatalf("removexattr user.a: %v", err)
+		}
+		if _, err := unix.Getxattr(f, "user.a", buf); err != unix.ENODATA {
+			t.Errorf("getxattr after removexattr: %v, want ENODATA", err)
+		}
+		if err := unix.Removexattr(f, "user.a"); err != unix.ENODATA {
+			t.Errorf("removexattr of a missing name: %v, want ENODATA", err)
 		}
 	})
 
