@@ -530,6 +530,12 @@ func (n *node) truncate(ctx context.Context, size int64) syscall.Errno {
 	n.waitClosed(ctx)
 	n.mu.Lock()
 	wf, wb, seq := n.wf, n.wb, n.seq
+	if wf != nil {
+		// Hold the write file: the RELEASE of a close(2) that returned
+		// before this call may arrive meanwhile and must not close it
+		// under the truncate; the last reference closes it.
+		n.wfRefs++
+	}
 	n.mu.Unlock()
 	switch {
 	case wf != nil:
@@ -542,8 +548,12 @@ func (n *node) truncate(ctx context.Context, size int64) syscall.Errno {
 			}
 			return wf.Truncate(size)
 		})
+		cerrno := n.releaseWrite()
 		if err != nil {
 			return n.srv.errno(err)
+		}
+		if cerrno != 0 {
+			return cerrno
 		}
 	case seq != nil:
 		if errno := seq.truncate(size); errno != 0 {
