@@ -1226,6 +1226,9 @@ func (r *runner) shuffle(ctx context.Context, src *Source, side string, project 
 	if side != "" {
 		prefix += side + "-"
 	}
+	if PassDictionaries && (!project || j.Format == FormatParquet) {
+		r.q.passDictionaries()
+	}
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(j.Workers)
 	par := max(1, j.Workers/max(1, nprod))
@@ -1239,6 +1242,11 @@ func (r *runner) shuffle(ctx context.Context, src *Source, side string, project 
 	}
 	return g.Wait()
 }
+
+// PassDictionaries: shuffles into Parquet read string columns as
+// dictionaries and write their indices (sinkdict.go). A switch for tests
+// and benchmarks that compare with the decoded write.
+var PassDictionaries = true
 
 func (r *runner) producerTask(units []unit, keyPos []int, side string, k, n, par int, project bool) taskFn {
 	q := r.q

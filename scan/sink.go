@@ -92,7 +92,11 @@ func newSink(ctx context.Context, o sinkOptions) (sink, error) {
 	if err != nil {
 		return nil, fmt.Errorf("scan: create %s: %w", name, err)
 	}
-	fw := &fileSink{w: w, base: path.Base(inner), schema: o.schema, maxRG: o.rowGroupBytes}
+	fw := &fileSink{w: w, base: path.Base(inner), schema: plainSchema(o.schema), maxRG: o.rowGroupBytes}
+	if fw.schema != o.schema && o.format == FormatParquet {
+		fw.dicts = &dictWriter{}
+	}
+	o.schema = fw.schema
 	if fw.maxRG <= 0 {
 		fw.maxRG = DefaultRowGroupBytes
 	}
@@ -132,7 +136,13 @@ type fileSink struct {
 	// rgBytes, rgRows: Arrow bytes and rows in the buffered row group
 	rgBytes int64
 	rgRows  int
-	schema  *arrow.Schema
+	// schema is the output's (dictionary columns as their plain type)
+	schema *arrow.Schema
+	// with dictionary columns (dicts non-nil): the row-group row limit
+	// and the number of row groups started, for writeParquetDict
+	dicts      *dictWriter
+	rgRowLimit int64
+	rgSeq      int
 	rows    int64
 	// wrote: csv writes its header with the first batch; an empty csv still
 	// gets a header at Close.
@@ -154,6 +164,7 @@ func (s *fileSink) openParquet(o sinkOptions) error {
 	if rg <= 0 {
 		rg = DefaultRowGroupRows
 	}
+	s.rgRowLimit = rg
 	opts := []parquet.WriterProperty{
 		parquet.WithCompression(compress.Codecs.Zstd),
 		parquet.WithCompressionLevel(cmp.Or(o.zstdLevel, zstdLevel)),
@@ -202,6 +213,17 @@ func (s *fileSink) Write(rec arrow.RecordBatch) error {
 	}
 	s.rows += rec.NumRows()
 	s.wrote = true
+	if s.dicts != nil {
+		return s.writeParquetDict(rec)
+	}
+	if hasDict(rec) {
+		plain, err := undictRecord(rec, plainSchema(rec.Schema()))
+		if err != nil {
+			return err
+		}
+		defer plain.Release()
+		rec = plain
+	}
 	switch {
 	case s.pq != nil:
 		if err := s.pq.WriteBuffered(rec); err != nil {
@@ -230,6 +252,9 @@ func (s *fileSink) Write(rec arrow.RecordBatch) error {
 }
 
 func (s *fileSink) Close() ([]string, int64, error) {
+	if s.dicts != nil {
+		defer s.dicts.release()
+	}
 	var err error
 	switch {
 	case s.pq != nil:
@@ -261,6 +286,9 @@ func (s *fileSink) Close() ([]string, int64, error) {
 func (s *fileSink) csvSchema() *arrow.Schema { return s.schema }
 
 func (s *fileSink) Abort() {
+	if s.dicts != nil {
+		defer s.dicts.release()
+	}
 	if s.pq != nil {
 		s.pq.Close()
 	}
@@ -377,6 +405,9 @@ func recordBytes(rec arrow.RecordBatch) int64 {
 			n += span64(a.ValueOffsets()) + 8*rows
 		case *array.LargeBinary:
 			n += span64(a.ValueOffsets()) + 8*rows
+		case *array.Dictionary:
+			// the indices; the dictionary is shared by many batches
+			n += 4 * rows
 		default:
 			if fw, ok := c.DataType().(arrow.FixedWidthDataType); ok {
 				n += int64(fw.BitWidth()+7) / 8 * rows
