@@ -143,7 +143,7 @@ type fileSink struct {
 	dicts      *dictWriter
 	rgRowLimit int64
 	rgSeq      int
-	rows    int64
+	rows       int64
 	// wrote: csv writes its header with the first batch; an empty csv still
 	// gets a header at Close.
 	wrote bool

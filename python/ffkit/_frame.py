@@ -208,7 +208,12 @@ class DataFrame:
 
     def partial_sort(self, by):
         """Sorts each partition by the columns ``by``."""
-        keys = ", ".join(_names(by, "by"))
+        keys = _names(by, "by")
+        if all(re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", k) for k in keys):
+            # ascending columns: the engine sorts one string, binary or
+            # integer key natively and hands other keys to DuckDB
+            return self._go({"op": "sort", "sort_by": list(keys)})
+        keys = ", ".join(keys)  # ORDER BY terms (DESC, NULLS FIRST, ...)
         return self._go({"op": "sort", "sql": f"SELECT * FROM input ORDER BY {keys}"})
 
     def limit(self, n):
