@@ -99,6 +99,11 @@ type Job struct {
 	// ZstdLevel is the zstd level of Parquet output, 1 (fastest) to 22.
 	// Default 3. Intermediate shuffle files are always written at 1.
 	ZstdLevel int `json:"zstd_level,omitempty"`
+	// Compression of Parquet output: zstd (default), snappy, lz4 (LZ4_RAW)
+	// or none. A DataFrame's intermediate stages use snappy: on data that
+	// hardly compresses (keys, hashes, random payloads) zstd is most of
+	// the writer's and the next reader's CPU for a few percent of size.
+	Compression string `json:"compression,omitempty"`
 	// RowGroupRows is the Parquet output row-group length. Default 122880.
 	RowGroupRows int64 `json:"row_group_rows,omitempty"`
 	// MemoryLimit caps DuckDB's memory per SQL task ("2GB"). Default 1GB.
@@ -227,6 +232,11 @@ func (j *Job) Validate() error {
 	}
 	if len(j.Bounds) > 0 && !j.byRange() {
 		return fmt.Errorf("%w: bounds need --partition-by range:COL", ErrUsage)
+	}
+	switch j.Compression {
+	case "", "zstd", "snappy", "lz4", "none":
+	default:
+		return fmt.Errorf("%w: compression %q: want zstd, snappy, lz4 or none", ErrUsage, j.Compression)
 	}
 	if j.ZstdLevel < 0 || j.ZstdLevel > 22 {
 		return fmt.Errorf("%w: zstd_level %d out of range [1, 22]", ErrUsage, j.ZstdLevel)
@@ -551,6 +561,9 @@ func (r *runner) fingerprint(ctx context.Context) (string, error) {
 	if j.Broadcast {
 		doc["broadcast"] = true
 	}
+	if j.Compression != "" && j.Compression != "zstd" {
+		doc["compression"] = j.Compression
+	}
 	if j.ZstdLevel != 0 {
 		doc["zstd_level"] = j.ZstdLevel
 	}
@@ -818,7 +831,8 @@ func (r *runner) sinkOpts(stage, base string, sc *arrow.Schema, kv map[string]st
 		format = FormatParquet // parts of a single-file output; mergeInto converts
 	}
 	return sinkOptions{format: format, dir: stage, base: base, schema: sc, kv: kv,
-		rowGroupRows: r.job.RowGroupRows, sampleColumn: r.job.SampleColumn, shardSize: r.job.ShardSize, zstdLevel: r.job.ZstdLevel}
+		rowGroupRows: r.job.RowGroupRows, sampleColumn: r.job.SampleColumn, shardSize: r.job.ShardSize, zstdLevel: r.job.ZstdLevel,
+		compression: r.job.Compression}
 }
 
 // execute plans the tasks and runs them.
@@ -1356,7 +1370,8 @@ func (r *runner) producerTask(units []unit, keyPos []int, side string, k, n, par
 						opts.rowGroupBytes = max(4<<20, DefaultRowGroupBytes/int64(n))
 						if !project {
 							opts.format = FormatParquet
-							opts.zstdLevel = 1 // removed once the job is done: speed over size
+							// removed once the job is done: speed over size
+							opts.compression = "snappy"
 						}
 						s, err := newSink(ctx, opts)
 						if err != nil {

@@ -77,6 +77,8 @@ type sinkOptions struct {
 	sampleColumn  string
 	shardSize     int64
 	zstdLevel     int // 0: zstdLevel
+	// compression: "" or zstd, snappy, lz4 (LZ4_RAW), none
+	compression string
 }
 
 func newSink(ctx context.Context, o sinkOptions) (sink, error) {
@@ -165,9 +167,18 @@ func (s *fileSink) openParquet(o sinkOptions) error {
 		rg = DefaultRowGroupRows
 	}
 	s.rgRowLimit = rg
+	codec, level := compress.Codecs.Zstd, cmp.Or(o.zstdLevel, zstdLevel)
+	switch o.compression {
+	case "snappy":
+		codec, level = compress.Codecs.Snappy, compress.DefaultCompressionLevel
+	case "lz4":
+		codec, level = compress.Codecs.Lz4Raw, compress.DefaultCompressionLevel
+	case "none":
+		codec, level = compress.Codecs.Uncompressed, compress.DefaultCompressionLevel
+	}
 	opts := []parquet.WriterProperty{
-		parquet.WithCompression(compress.Codecs.Zstd),
-		parquet.WithCompressionLevel(cmp.Or(o.zstdLevel, zstdLevel)),
+		parquet.WithCompression(codec),
+		parquet.WithCompressionLevel(level),
 		parquet.WithMaxRowGroupLength(rg),
 		// dictionaries only for strings (below), as SmallPond: on numeric
 		// columns they mostly cost hashing time before the size fallback,

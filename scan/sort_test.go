@@ -32,7 +32,7 @@ func TestSortByPartition(t *testing.T) {
 		native bool
 	}{{[]string{"k"}, true}, {[]string{"s"}, true}, {[]string{"n"}, true}, {[]string{"n", "id"}, false}} {
 		out := filepath.Join(dir, "sorted-"+strings.Join(tc.by, "-"))
-		j := Job{Inputs: ins, PartitionBy: "files", Partitions: 3, SortBy: tc.by, Output: out, RowGroupRows: 3000}
+		j := Job{Inputs: ins, PartitionBy: "files", Partitions: 3, SortBy: tc.by, Output: out, RowGroupRows: 3000, Compression: "snappy"}
 		if _, err := Run(bg, j); err != nil {
 			t.Fatal(err)
 		}
@@ -77,6 +77,10 @@ func TestSortByPartition(t *testing.T) {
 				t.Fatalf("%s: %d rows", f, rows)
 			}
 		}
+	}
+	if n := queryInt(t, db, fmt.Sprintf("SELECT count(*) FROM parquet_metadata(%s) WHERE compression <> 'SNAPPY'",
+		sqlString(filepath.Join(dir, "sorted-k", "*.parquet")))); n != 0 {
+		t.Fatalf("%d column chunks not snappy", n)
 	}
 	// sort_by with SQL is a usage error
 	_, err := Run(bg, Job{Inputs: ins, SortBy: []string{"k"}, SQL: "SELECT 1", Output: filepath.Join(dir, "x")})

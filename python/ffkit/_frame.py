@@ -416,9 +416,10 @@ class Session:
         job = {k: v for k, v in node.spec.items() if k != "op"}
         if not node.spec.get("output"):
             # a stage under data_root is read by the next stage: written
-            # at zstd's fastest level (half the CPU of the default, a
-            # little larger); write_parquet keeps the default
-            job["zstd_level"] = 1
+            # with snappy (a fraction of zstd's CPU to write and read, on
+            # data that hardly compresses the same size); write_parquet
+            # keeps zstd
+            job["compression"] = "snappy"
         job["inputs"] = src(node.inputs[0])
         if len(node.inputs) > 1:
             job["join"] = src(node.inputs[1])
