@@ -66,6 +66,12 @@ type Job struct {
 	// SQL runs through DuckDB once per partition, with the partition as the
 	// table input. It excludes Columns, Where, GroupBy and Aggs.
 	SQL string `json:"sql,omitempty"`
+	// SortBy sorts the rows of each partition by these columns, ascending,
+	// NULLs last (SmallPond's partial_sort): natively for one string,
+	// binary or integer column, else as SQL's SELECT * ... ORDER BY (see
+	// sort.go). It excludes SQL, Columns, Where, GroupBy, Aggs and hash:,
+	// column: and range: partitioning.
+	SortBy []string `json:"sort_by,omitempty"`
 	// PartitionBy: "" (one partition), "files", "rows", "hash:COL[,COL...]",
 	// "column:COL" (an integer column holding each row's partition, in
 	// [0, Partitions): SmallPond's repartition(n, by=COL)), or "range:COL"
@@ -93,6 +99,10 @@ type Job struct {
 	// ZstdLevel is the zstd level of Parquet output, 1 (fastest) to 22.
 	// Default 3. Intermediate shuffle files are always written at 1.
 	ZstdLevel int `json:"zstd_level,omitempty"`
+	// Compression of Parquet output: zstd (default), snappy, lz4 (LZ4_RAW)
+	// or none. A DataFrame's repartition stages and SQL shuffle files,
+	// read once by the next step, are written uncompressed.
+	Compression string `json:"compression,omitempty"`
 	// RowGroupRows is the Parquet output row-group length. Default 122880.
 	RowGroupRows int64 `json:"row_group_rows,omitempty"`
 	// MemoryLimit caps DuckDB's memory per SQL task ("2GB"). Default 1GB.
@@ -222,6 +232,11 @@ func (j *Job) Validate() error {
 	if len(j.Bounds) > 0 && !j.byRange() {
 		return fmt.Errorf("%w: bounds need --partition-by range:COL", ErrUsage)
 	}
+	switch j.Compression {
+	case "", "zstd", "snappy", "lz4", "none":
+	default:
+		return fmt.Errorf("%w: compression %q: want zstd, snappy, lz4 or none", ErrUsage, j.Compression)
+	}
 	if j.ZstdLevel < 0 || j.ZstdLevel > 22 {
 		return fmt.Errorf("%w: zstd_level %d out of range [1, 22]", ErrUsage, j.ZstdLevel)
 	}
@@ -230,6 +245,9 @@ func (j *Job) Validate() error {
 	}
 	if j.Partitions > 1 && j.PartitionBy == "" {
 		return fmt.Errorf("%w: --partitions needs --partition-by", ErrUsage)
+	}
+	if len(j.SortBy) > 0 && (j.SQL != "" || j.Columns != "" || j.Where != "" || len(j.GroupBy) > 0 || j.Aggs != "" || len(j.keyColumns()) > 0 || len(j.JoinInputs) > 0) {
+		return fmt.Errorf("%w: sort_by sorts each partition of the input as it is: it cannot be combined with sql, columns, where, group_by, aggs, a join or hash:, column: or range: partitioning", ErrUsage)
 	}
 	if j.SQL != "" && (j.Columns != "" || j.Where != "" || len(j.GroupBy) > 0 || j.Aggs != "") {
 		return fmt.Errorf("%w: --sql cannot be combined with --columns, --where, --group-by or --agg: write them in the query", ErrUsage)
@@ -274,6 +292,10 @@ type runner struct {
 	work       string // user-form work directory
 	partitions int
 	sql        *sqlRunner
+	// with SortBy: the read column of the native sort (-1: DuckDB sorts)
+	// and DuckDB's query
+	sortKey int
+	sortSQL string
 	// sel, set by RunTask and PendingTasks, runs at most one task and
 	// lists the others instead of running them
 	sel *selector
@@ -384,6 +406,22 @@ func (r *runner) compile() error {
 				return fmt.Errorf("%w: --partition-by %s: the column is %s, want %s", ErrUsage, j.PartitionBy, sc.Field(0).Type, keyWant)
 			}
 		}
+	}
+	if len(j.SortBy) > 0 {
+		if r.q, err = compileQuery(r.src, "", "", nil); err != nil {
+			return err
+		}
+		for _, c := range j.SortBy {
+			if _, err := r.src.Schema([]string{resolveName(r.src.Files[0].Schema, c)}); err != nil {
+				return fmt.Errorf("sort_by: %w", err)
+			}
+		}
+		// DuckDB sorts what the native sort does not (and partitions too
+		// large for memory)
+		r.sortKey = nativeSortKey(r.q, j.SortBy, r.src)
+		r.sortSQL = sortSQL(j.SortBy)
+		r.sql = &sqlRunner{memoryLimit: j.MemoryLimit}
+		return nil
 	}
 	switch {
 	case j.SQL != "":
@@ -522,8 +560,14 @@ func (r *runner) fingerprint(ctx context.Context) (string, error) {
 	if j.Broadcast {
 		doc["broadcast"] = true
 	}
+	if j.Compression != "" && j.Compression != "zstd" {
+		doc["compression"] = j.Compression
+	}
 	if j.ZstdLevel != 0 {
 		doc["zstd_level"] = j.ZstdLevel
+	}
+	if len(j.SortBy) > 0 {
+		doc["sort_by"] = j.SortBy
 	}
 	if j.Salt != "" {
 		doc["salt"] = j.Salt // absent otherwise: fingerprints of plain jobs stay as they were
@@ -569,7 +613,7 @@ func (r *runner) prepareOutput(ctx context.Context) (bool, error) {
 			}
 		}
 		// a task run alone (RunTask) needs its marker: never direct
-		r.direct = r.sel == nil && j.Format == FormatParquet && j.SQL == "" && (r.agg != nil || (r.partitions == 1 && j.keyColumns() == nil))
+		r.direct = r.sel == nil && j.Format == FormatParquet && j.SQL == "" && len(j.SortBy) == 0 && (r.agg != nil || (r.partitions == 1 && j.keyColumns() == nil))
 		if r.direct {
 			return false, removeAll(ctx, r.work)
 		}
@@ -786,7 +830,8 @@ func (r *runner) sinkOpts(stage, base string, sc *arrow.Schema, kv map[string]st
 		format = FormatParquet // parts of a single-file output; mergeInto converts
 	}
 	return sinkOptions{format: format, dir: stage, base: base, schema: sc, kv: kv,
-		rowGroupRows: r.job.RowGroupRows, sampleColumn: r.job.SampleColumn, shardSize: r.job.ShardSize, zstdLevel: r.job.ZstdLevel}
+		rowGroupRows: r.job.RowGroupRows, sampleColumn: r.job.SampleColumn, shardSize: r.job.ShardSize, zstdLevel: r.job.ZstdLevel,
+		compression: r.job.Compression}
 }
 
 // execute plans the tasks and runs them.
@@ -833,6 +878,24 @@ func (r *runner) execute(ctx context.Context) error {
 		}
 		ms, err := r.runTasks(ctx, n, func(p int) (string, taskFn) {
 			return partName(p), r.sqlShuffledTask(p, par(n))
+		})
+		if err != nil {
+			return err
+		}
+		finals = append(finals, ms...)
+
+	case len(j.SortBy) > 0:
+		parts := partitionRanges(r.src, j.PartitionBy, n)
+		for _, p := range parts {
+			for _, fr := range p {
+				r.addPlanned(fr.hi - fr.lo)
+			}
+		}
+		ms, err := r.runTasks(ctx, n, func(p int) (string, taskFn) {
+			if r.sortKey < 0 {
+				return partName(p), r.sqlTask(p, parts[p], par(n))
+			}
+			return partName(p), r.sortTask(p, parts[p], par(n))
 		})
 		if err != nil {
 			return err
@@ -1226,6 +1289,9 @@ func (r *runner) shuffle(ctx context.Context, src *Source, side string, project 
 	if side != "" {
 		prefix += side + "-"
 	}
+	if PassDictionaries && (!project || j.Format == FormatParquet) {
+		r.q.passDictionaries()
+	}
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(j.Workers)
 	par := max(1, j.Workers/max(1, nprod))
@@ -1239,6 +1305,11 @@ func (r *runner) shuffle(ctx context.Context, src *Source, side string, project 
 	}
 	return g.Wait()
 }
+
+// PassDictionaries: shuffles into Parquet read string columns as
+// dictionaries and write their indices (sinkdict.go). A switch for tests
+// and benchmarks that compare with the decoded write.
+var PassDictionaries = true
 
 func (r *runner) producerTask(units []unit, keyPos []int, side string, k, n, par int, project bool) taskFn {
 	q := r.q
@@ -1298,7 +1369,9 @@ func (r *runner) producerTask(units []unit, keyPos []int, side string, k, n, par
 						opts.rowGroupBytes = max(4<<20, DefaultRowGroupBytes/int64(n))
 						if !project {
 							opts.format = FormatParquet
-							opts.zstdLevel = 1 // removed once the job is done: speed over size
+							// read once, removed once the job is done:
+							// uncompressed (a quarter less CPU than zstd 1)
+							opts.compression = "none"
 						}
 						s, err := newSink(ctx, opts)
 						if err != nil {

@@ -27,6 +27,9 @@ func BenchmarkJobProfile(b *testing.B) {
 			j.PartitionBy, j.Partitions, j.Output = "range:key", 4, b.TempDir()+"/r"
 			j.Bounds = [][]byte{{0x40}, {0x80}, {0xc0}}
 			j.ZstdLevel = 1
+		case "sort": // a directory of range partitions (part-PPPPP-*), as GraySort's
+			j.PartitionBy, j.Partitions, j.Output = "parts", 8, b.TempDir()+"/s"
+			j.SortBy, j.ZstdLevel = []string{"key"}, 1
 		default:
 			j.Where, j.Columns = "value > 0.99", "key, value"
 		}

@@ -46,6 +46,9 @@ type query struct {
 	idx        indexCache
 	// dict marks read columns (by position) decoded as dictionaries
 	dict []bool
+	// keepDict: project passes dictionary columns through (to a Parquet
+	// sink, which writes their indices) instead of decoding them
+	keepDict bool
 	// pageCol is the position of the filter's only column (-1: the filter
 	// reads none or several); its page index can prune pages
 	pageCol      int
@@ -187,6 +190,22 @@ func compileQuery(src *Source, columns, where string, extra []string) (*query, e
 	}
 	q.outSchema = arrow.NewSchema(fields, nil)
 	return q, nil
+}
+
+// passDictionaries reads the string columns as dictionaries and keeps
+// them so through project: for a shuffle into Parquet files, which then
+// write the indices (dictionary pass-through, see sinkdict.go). Call it
+// before the query is shared.
+func (q *query) passDictionaries() {
+	for p, f := range q.readSchema.Fields() {
+		if f.Type.ID() == arrow.STRING {
+			if q.dict == nil {
+				q.dict = make([]bool, len(q.readNames))
+			}
+			q.dict[p] = true
+			q.keepDict = true
+		}
+	}
 }
 
 // resolveName maps a column reference to the schema's spelling (SQL
@@ -474,7 +493,7 @@ func (q *query) project(rec arrow.RecordBatch) (arrow.RecordBatch, error) {
 	for i, it := range q.items {
 		if it.pos >= 0 {
 			cols[i] = rec.Column(it.pos)
-			if d, ok := cols[i].(*array.Dictionary); ok && !arrow.TypeEqual(q.readSchema.Field(it.pos).Type, d.DataType()) {
+			if d, ok := cols[i].(*array.Dictionary); ok && !q.keepDict && !arrow.TypeEqual(q.readSchema.Field(it.pos).Type, d.DataType()) {
 				plain, err := undict(d, q.readSchema.Field(it.pos).Type)
 				if err != nil {
 					for _, c := range cols[:i] {

@@ -77,6 +77,8 @@ type sinkOptions struct {
 	sampleColumn  string
 	shardSize     int64
 	zstdLevel     int // 0: zstdLevel
+	// compression: "" or zstd, snappy, lz4 (LZ4_RAW), none
+	compression string
 }
 
 func newSink(ctx context.Context, o sinkOptions) (sink, error) {
@@ -92,7 +94,11 @@ func newSink(ctx context.Context, o sinkOptions) (sink, error) {
 	if err != nil {
 		return nil, fmt.Errorf("scan: create %s: %w", name, err)
 	}
-	fw := &fileSink{w: w, base: path.Base(inner), schema: o.schema, maxRG: o.rowGroupBytes}
+	fw := &fileSink{w: w, base: path.Base(inner), schema: plainSchema(o.schema), maxRG: o.rowGroupBytes}
+	if fw.schema != o.schema && o.format == FormatParquet {
+		fw.dicts = &dictWriter{}
+	}
+	o.schema = fw.schema
 	if fw.maxRG <= 0 {
 		fw.maxRG = DefaultRowGroupBytes
 	}
@@ -132,8 +138,14 @@ type fileSink struct {
 	// rgBytes, rgRows: Arrow bytes and rows in the buffered row group
 	rgBytes int64
 	rgRows  int
-	schema  *arrow.Schema
-	rows    int64
+	// schema is the output's (dictionary columns as their plain type)
+	schema *arrow.Schema
+	// with dictionary columns (dicts non-nil): the row-group row limit
+	// and the number of row groups started, for writeParquetDict
+	dicts      *dictWriter
+	rgRowLimit int64
+	rgSeq      int
+	rows       int64
 	// wrote: csv writes its header with the first batch; an empty csv still
 	// gets a header at Close.
 	wrote bool
@@ -154,9 +166,19 @@ func (s *fileSink) openParquet(o sinkOptions) error {
 	if rg <= 0 {
 		rg = DefaultRowGroupRows
 	}
+	s.rgRowLimit = rg
+	codec, level := compress.Codecs.Zstd, cmp.Or(o.zstdLevel, zstdLevel)
+	switch o.compression {
+	case "snappy":
+		codec, level = compress.Codecs.Snappy, compress.DefaultCompressionLevel
+	case "lz4":
+		codec, level = compress.Codecs.Lz4Raw, compress.DefaultCompressionLevel
+	case "none":
+		codec, level = compress.Codecs.Uncompressed, compress.DefaultCompressionLevel
+	}
 	opts := []parquet.WriterProperty{
-		parquet.WithCompression(compress.Codecs.Zstd),
-		parquet.WithCompressionLevel(cmp.Or(o.zstdLevel, zstdLevel)),
+		parquet.WithCompression(codec),
+		parquet.WithCompressionLevel(level),
 		parquet.WithMaxRowGroupLength(rg),
 		// dictionaries only for strings (below), as SmallPond: on numeric
 		// columns they mostly cost hashing time before the size fallback,
@@ -202,6 +224,17 @@ func (s *fileSink) Write(rec arrow.RecordBatch) error {
 	}
 	s.rows += rec.NumRows()
 	s.wrote = true
+	if s.dicts != nil {
+		return s.writeParquetDict(rec)
+	}
+	if hasDict(rec) {
+		plain, err := undictRecord(rec, plainSchema(rec.Schema()))
+		if err != nil {
+			return err
+		}
+		defer plain.Release()
+		rec = plain
+	}
 	switch {
 	case s.pq != nil:
 		if err := s.pq.WriteBuffered(rec); err != nil {
@@ -230,6 +263,9 @@ func (s *fileSink) Write(rec arrow.RecordBatch) error {
 }
 
 func (s *fileSink) Close() ([]string, int64, error) {
+	if s.dicts != nil {
+		defer s.dicts.release()
+	}
 	var err error
 	switch {
 	case s.pq != nil:
@@ -261,6 +297,9 @@ func (s *fileSink) Close() ([]string, int64, error) {
 func (s *fileSink) csvSchema() *arrow.Schema { return s.schema }
 
 func (s *fileSink) Abort() {
+	if s.dicts != nil {
+		defer s.dicts.release()
+	}
 	if s.pq != nil {
 		s.pq.Close()
 	}
@@ -377,6 +416,9 @@ func recordBytes(rec arrow.RecordBatch) int64 {
 			n += span64(a.ValueOffsets()) + 8*rows
 		case *array.LargeBinary:
 			n += span64(a.ValueOffsets()) + 8*rows
+		case *array.Dictionary:
+			// the indices; the dictionary is shared by many batches
+			n += 4 * rows
 		default:
 			if fw, ok := c.DataType().(arrow.FixedWidthDataType); ok {
 				n += int64(fw.BitWidth()+7) / 8 * rows

@@ -1,6 +1,7 @@
 package scan
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
 	"errors"
@@ -203,7 +204,7 @@ func (r *runner) runSQL(ctx context.Context, stage, tmp string, p int, views map
 			return nil, 0, err
 		}
 	}
-	q := strings.TrimRight(strings.TrimSpace(r.job.SQL), ";")
+	q := strings.TrimRight(strings.TrimSpace(cmp.Or(r.job.SQL, r.sortSQL)), ";")
 	// Parse and bind the user's query alone first: DuckDB's message then
 	// quotes the query as written, with the position of the mistake,
 	// instead of ffkit's COPY around it.

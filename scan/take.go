@@ -13,7 +13,8 @@ import (
 
 // takeRows gathers rows idx of every column of rec into a new batch: a
 // plain copy loop for fixed-width columns (4 or 8 bytes: ints, floats,
-// dates, timestamps) and string/binary columns, compute.Take for the rest.
+// dates, timestamps), string/binary columns and the indices of dictionary
+// columns (which keep their dictionary), compute.Take for the rest.
 // idx values must be in [0, rec.NumRows()).
 func takeRows(ctx context.Context, rec arrow.RecordBatch, idx []int32) (arrow.RecordBatch, error) {
 	cols := make([]arrow.Array, rec.NumCols())
@@ -102,6 +103,18 @@ func takeFast(c arrow.Array, idx []int32) arrow.Array {
 		ad := array.NewData(c.DataType(), n, []*memory.Buffer{vb, memory.NewBufferBytes(out)}, nil, nulls, 0)
 		defer ad.Release()
 		return array.MakeFromData(ad)
+	case arrow.DICTIONARY:
+		// the indices are gathered, the dictionary is shared
+		da := c.(*array.Dictionary)
+		if da.DataType().(*arrow.DictionaryType).IndexType.ID() != arrow.INT32 {
+			return nil
+		}
+		ix := takeFast(da.Indices(), idx)
+		if ix == nil {
+			return nil
+		}
+		defer ix.Release()
+		return array.NewDictionaryArray(c.DataType(), ix, da.Dictionary())
 	case arrow.STRING, arrow.BINARY:
 		if d.Buffers()[1] == nil || d.Buffers()[1].Len() < 4*(d.Len()+d.Offset()+1) {
 			return nil
