@@ -133,8 +133,13 @@ func TestNextExclusionsTable(t *testing.T) {
 		{name: "long ago: forgotten", cur: map[proto.NodeID]Exclusion{2: {Until: now.Add(-6 * time.Minute), Count: 3}}, slow: []proto.NodeID{2},
 			want: map[proto.NodeID]Exclusion{2: {Until: now.Add(10 * s), Count: 1}}, taken: []proto.NodeID{2}},
 		{name: "the others are dead: kept (last replica)", slow: []proto.NodeID{2},
-			local: func(m map[proto.TargetID]proto.LocalState) { delete(m, 101); delete(m, 103); delete(m, 201); delete(m, 203) },
-			want:  map[proto.NodeID]Exclusion{}},
+			local: func(m map[proto.TargetID]proto.LocalState) {
+				delete(m, 101)
+				delete(m, 103)
+				delete(m, 201)
+				delete(m, 203)
+			},
+			want: map[proto.NodeID]Exclusion{}},
 		{name: "one chain would lose its last replica: kept", slow: []proto.NodeID{2},
 			local: func(m map[proto.TargetID]proto.LocalState) { m[201] = proto.LocalOff; m[203] = proto.LocalOff },
 			want:  map[proto.NodeID]Exclusion{}},
