@@ -70,6 +70,9 @@ type Client struct {
 	// (connect) run under it and are counted in wg.
 	bgctx  context.Context
 	cancel context.CancelFunc
+	// kick asks the background refresh to run now (a read was hedged:
+	// mgmtd should hear of it before this process may exit).
+	kick chan struct{}
 	wg     sync.WaitGroup
 }
 
@@ -130,7 +133,7 @@ func Dial(ctx context.Context, addrs []string, opts Options) (*Client, error) {
 	}
 	c := &Client{opts: opts, mgmtd: addrs,
 		pool:     transport.NewPool(transport.Options{Token: opts.Token, Name: opts.Name, Faults: transport.FaultsFromEnv(), Trust: opts.Trust, TLSLoopback: opts.TLSLoopback}),
-		clientID: rand.Uint64() | 1}
+		clientID: rand.Uint64() | 1, kick: make(chan struct{}, 1)}
 	c.bgctx, c.cancel = context.WithCancel(context.Background())
 	if err := c.refresh(ctx); err != nil {
 		c.cancel()
@@ -148,6 +151,8 @@ func Dial(ctx context.Context, addrs []string, opts Options) (*Client, error) {
 			case <-bctx.Done():
 				return
 			case <-t.C:
+				c.refresh(bctx)
+			case <-c.kick:
 				c.refresh(bctx)
 			}
 		}
@@ -725,8 +730,9 @@ type batch struct {
 	ios   []proto.ReadIO
 	bytes int64
 	// hedge: every span has another replica to go to (alts) and was not
-	// hedged yet, and nothing is read locally: the batch may be abandoned
-	// for them when it is slow (failover.go).
+	// hedged yet: the batch may be abandoned for them when it is slow
+	// (failover.go). A local read's file is read after the reply, which
+	// the hedge no longer cancels.
 	hedge bool
 	alts  map[proto.NodeID]bool
 }
@@ -848,7 +854,7 @@ func (c *Client) readAttempt(ctx context.Context, r *proto.Routing, reads []Chun
 				b.alts[t.Node], alt = true, true
 			}
 		}
-		b.hedge = b.hedge && alt && !sp.hedged && !local && !verify
+		b.hedge = b.hedge && alt && !sp.hedged && !verify
 		b.spans = append(b.spans, sp)
 		b.ios = append(b.ios, proto.ReadIO{Chain: sp.chain, ChainVer: ch.Version, Target: best.ID, Chunk: sp.chunk, Off: sp.off, Len: n, Sums: sums, Local: local})
 		b.bytes += n
@@ -962,6 +968,10 @@ func (c *Client) hedgedBatch(ctx context.Context, r *proto.Routing, reads []Chun
 		// it (latencyReport).
 		nl.sample(time.Since(start))
 		nl.hedged.Add(1)
+		select {
+		case c.kick <- struct{}{}:
+		default:
+		}
 		for _, sp := range b.spans {
 			sp.hedged, sp.justHedged = true, true
 		}

@@ -168,6 +168,8 @@ type Server struct {
 	// excl: slow nodes out of their chains, and the memory of past
 	// exclusions (loop goroutine only, under pubMu).
 	excl map[proto.NodeID]Exclusion
+	// out: the nodes excluded at the last tick (loop goroutine only).
+	out map[proto.NodeID]bool
 	// staleResyncs counts the "uptodate" reports ignored as stale.
 	staleResyncs atomic.Uint64
 }
@@ -544,7 +546,7 @@ func (s *Server) tick(ctx context.Context, now time.Time) error {
 // offline in local before Decide. Caller holds pubMu.
 func (s *Server) slowNodes(r *proto.Routing, local map[proto.TargetID]proto.LocalState, votes []LatencyVote, now time.Time) {
 	p := s.opts.Slow.withDefaults()
-	before := Excluded(s.excl, now)
+	before := s.out
 	next, taken := NextExclusions(s.excl, SlowNodes(votes, now, p), r, local, now, p)
 	after := Excluded(next, now)
 	for _, id := range taken {
@@ -567,7 +569,7 @@ func (s *Server) slowNodes(r *proto.Routing, local map[proto.TargetID]proto.Loca
 			s.opts.Logf("mgmtd: node %d's hold for slowness ended: its targets rejoin through resync", id)
 		}
 	}
-	s.excl = next
+	s.excl, s.out = next, after
 	s.mSlowNodes.Set(float64(len(after)))
 	ApplyExclusions(local, r, after)
 }
