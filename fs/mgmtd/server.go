@@ -4,12 +4,14 @@ import (
 	"cmp"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log"
 	"maps"
 	"slices"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -231,7 +233,7 @@ func Start(ctx context.Context, opts Options) (*Server, error) {
 	s.routing = r
 	s.mVersion.Set(float64(r.Version))
 	s.start = time.Now()
-	s.srv, err = transport.Listen(opts.Listen, transport.Options{Token: opts.Token, Name: opts.Name, Faults: opts.Faults, Trust: opts.Trust, TLSLoopback: opts.TLSLoopback}, s.handle)
+	s.srv, err = listen(ctx, opts, s.handle)
 	if err != nil {
 		return nil, err
 	}
@@ -241,6 +243,43 @@ func Start(ctx context.Context, opts Options) (*Server, error) {
 	s.wg.Add(1)
 	go s.loop(lctx)
 	return s, nil
+}
+
+// listenRetry bounds how long Start keeps trying to bind a fixed address
+// that is in use; testHookListenBusy (tests only) runs after each failed
+// attempt.
+var (
+	listenRetry        = 30 * time.Second
+	testHookListenBusy func()
+)
+
+// listen binds opts.Listen. A restarted mgmtd binds the address it had,
+// which its cluster's URL names; meanwhile the kernel may have handed that
+// port to another socket as the local port of an outgoing connection (it
+// was an ephemeral port when first chosen, ":0"), and bind fails with
+// EADDRINUSE until that connection closes. Start waits for it, trying
+// again every 100 ms for up to listenRetry, rather than exit.
+func listen(ctx context.Context, opts Options, h transport.Handler) (*transport.Server, error) {
+	deadline := time.Now().Add(listenRetry)
+	logged := false
+	for {
+		srv, err := transport.Listen(opts.Listen, transport.Options{Token: opts.Token, Name: opts.Name, Faults: opts.Faults, Trust: opts.Trust, TLSLoopback: opts.TLSLoopback}, h)
+		if err == nil || !errors.Is(err, syscall.EADDRINUSE) || time.Now().After(deadline) {
+			return srv, err
+		}
+		if !logged {
+			opts.Logf("mgmtd: %v; trying again for up to %v", err, listenRetry)
+			logged = true
+		}
+		if testHookListenBusy != nil {
+			testHookListenBusy()
+		}
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("mgmtd: listen %s: %w", opts.Listen, ctx.Err())
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
 }
 
 // Addr is the address mgmtd serves on.

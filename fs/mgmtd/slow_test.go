@@ -1,12 +1,16 @@
 package mgmtd
 
 import (
+	"context"
 	"fmt"
+	"net"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/ffkit/ffkit/fs/kv/memkv"
 	"github.com/ffkit/ffkit/fs/proto"
 )
 
@@ -196,5 +200,33 @@ func TestExclusionThroughDecide(t *testing.T) {
 		if got := render(c); got != fmt.Sprintf("%d:serving %d:serving %d:syncing", 100*int(c.ID)+1, 100*int(c.ID)+3, 100*int(c.ID)+2) {
 			t.Fatalf("after the hold, chain %d: %s", c.ID, got)
 		}
+	}
+}
+
+// TestListenWaitsForBusyPort: a restarted mgmtd binds the address its
+// cluster URL names; when another socket holds that port for a while (the
+// kernel gave it out as an ephemeral port: TestMgmtdRestart failed now
+// and then with "address already in use"), Start waits until it is free
+// instead of failing.
+func TestListenWaitsForBusyPort(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	var tries atomic.Int32
+	testHookListenBusy = func() {
+		if tries.Add(1) == 3 {
+			ln.Close()
+		}
+	}
+	defer func() { testHookListenBusy = nil }()
+	s, err := Start(context.Background(), Options{Token: "t", Store: memkv.New(memkv.Options{}), Listen: addr, Logf: t.Logf})
+	if err != nil {
+		t.Fatalf("start on a port busy for a while: %v", err)
+	}
+	defer s.Close()
+	if s.Addr() != addr || tries.Load() < 3 {
+		t.Fatalf("serving on %s after %d busy attempts", s.Addr(), tries.Load())
 	}
 }
