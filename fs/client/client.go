@@ -73,7 +73,7 @@ type Client struct {
 	// kick asks the background refresh to run now (a read was hedged:
 	// mgmtd should hear of it before this process may exit).
 	kick chan struct{}
-	wg     sync.WaitGroup
+	wg   sync.WaitGroup
 }
 
 type nodeLoad struct {
@@ -101,7 +101,7 @@ type nodeLoad struct {
 	reportedAt atomic.Int64
 	hedged     atomic.Int32
 	batchBytes atomic.Int64
-	reads     atomic.Int64 // batched read requests sent to the node
+	reads      atomic.Int64 // batched read requests sent to the node
 	// noLocal: this node's chunk files are not readable here (permission
 	// denied, or maxLocalFails local reads in a row failed): no more
 	// local reads from it.

@@ -5,9 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
-	"slices"
 	"time"
 
 	"github.com/ffkit/ffkit/fs/proto"
