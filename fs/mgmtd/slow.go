@@ -39,14 +39,15 @@ type SlowParams struct {
 	MinVotes int
 	Persist  time.Duration
 	// Hold: how long a slow node stays out of its chains the first time;
-	// it doubles with every exclusion that follows within MaxHold of the
-	// previous one ending, up to MaxHold. Default 10 s and 5 min.
-	Hold, MaxHold time.Duration
+	// it doubles with every exclusion that follows within Recall of the
+	// previous one ending (the node was still slow), up to MaxHold; a
+	// node slow again later starts from Hold. Default 10 s, 5 min, 1 min.
+	Hold, MaxHold, Recall time.Duration
 }
 
 // DefaultSlowParams are the documented defaults (docs/cluster.md).
 var DefaultSlowParams = SlowParams{Factor: 4, Floor: 250 * time.Millisecond, Window: 10 * time.Second,
-	MinVotes: 3, Persist: 2 * time.Second, Hold: 10 * time.Second, MaxHold: 5 * time.Minute}
+	MinVotes: 3, Persist: 2 * time.Second, Hold: 10 * time.Second, MaxHold: 5 * time.Minute, Recall: time.Minute}
 
 func (p SlowParams) withDefaults() SlowParams {
 	d := DefaultSlowParams
@@ -70,6 +71,9 @@ func (p SlowParams) withDefaults() SlowParams {
 	}
 	if p.MaxHold > 0 {
 		d.MaxHold = p.MaxHold
+	}
+	if p.Recall > 0 {
+		d.Recall = p.Recall
 	}
 	return d
 }
@@ -163,7 +167,7 @@ func SlowNodes(votes []LatencyVote, now time.Time, p SlowParams) []proto.NodeID 
 }
 
 // Exclusion is a slow node's time out of its chains: it is out until
-// Until; Count is how many exclusions in a row (each within MaxHold of the
+// Until; Count is how many exclusions in a row (each within Recall of the
 // previous one's end) it has had, which sets the next hold.
 type Exclusion struct {
 	Until time.Time
@@ -190,14 +194,14 @@ func Excluded(ex map[proto.NodeID]Exclusion, now time.Time) map[proto.NodeID]boo
 // in keeps a serving target on another live node that is not out, so no
 // chain loses its last replica; its hold is Hold doubled per exclusion
 // in a row, up to MaxHold. A node whose hold ended returns (its targets
-// rejoin through resync); its memory is forgotten MaxHold after that.
+// rejoin through resync); its memory is forgotten Recall after that.
 // It returns the new decision and the nodes taken out now. Pure.
 func NextExclusions(cur map[proto.NodeID]Exclusion, slow []proto.NodeID, r *proto.Routing, local map[proto.TargetID]proto.LocalState, now time.Time, p SlowParams) (map[proto.NodeID]Exclusion, []proto.NodeID) {
 	p = p.withDefaults()
 	next := map[proto.NodeID]Exclusion{}
 	out := 0
 	for id, e := range cur {
-		if now.Sub(e.Until) > p.MaxHold {
+		if now.Sub(e.Until) > p.Recall {
 			continue // forgotten
 		}
 		next[id] = e

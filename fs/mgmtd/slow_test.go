@@ -134,7 +134,7 @@ func TestNextExclusionsTable(t *testing.T) {
 			want: map[proto.NodeID]Exclusion{2: {Until: now.Add(5 * time.Minute), Count: 10}}, taken: []proto.NodeID{2}},
 		{name: "hold ended: back, remembered", cur: map[proto.NodeID]Exclusion{2: {Until: now.Add(-s), Count: 1}},
 			want: map[proto.NodeID]Exclusion{2: {Until: now.Add(-s), Count: 1}}},
-		{name: "long ago: forgotten", cur: map[proto.NodeID]Exclusion{2: {Until: now.Add(-6 * time.Minute), Count: 3}}, slow: []proto.NodeID{2},
+		{name: "long ago: forgotten", cur: map[proto.NodeID]Exclusion{2: {Until: now.Add(-2 * time.Minute), Count: 3}}, slow: []proto.NodeID{2},
 			want: map[proto.NodeID]Exclusion{2: {Until: now.Add(10 * s), Count: 1}}, taken: []proto.NodeID{2}},
 		{name: "the others are dead: kept (last replica)", slow: []proto.NodeID{2},
 			local: func(m map[proto.TargetID]proto.LocalState) {
