@@ -41,13 +41,17 @@ type SlowParams struct {
 	// Hold: how long a slow node stays out of its chains the first time;
 	// it doubles with every exclusion that follows within Recall of the
 	// previous one ending (the node was still slow), up to MaxHold; a
-	// node slow again later starts from Hold. Default 10 s, 5 min, 1 min.
+	// node slow again later starts from Hold. Default 10 s, 20 s, 1 min:
+	// a node out for a passing fault (a throttle, a pause, a drop) serves
+	// again within the 30 s of the fault's end, resync included,
+	// and a persistently slow one is tried again every 20 s (reads hedge
+	// away from it meanwhile).
 	Hold, MaxHold, Recall time.Duration
 }
 
 // DefaultSlowParams are the documented defaults (docs/cluster.md).
 var DefaultSlowParams = SlowParams{Factor: 4, Floor: 250 * time.Millisecond, Window: 10 * time.Second,
-	MinVotes: 3, Persist: 2 * time.Second, Hold: 10 * time.Second, MaxHold: 5 * time.Minute, Recall: time.Minute}
+	MinVotes: 3, Persist: 2 * time.Second, Hold: 10 * time.Second, MaxHold: 20 * time.Second, Recall: time.Minute}
 
 func (p SlowParams) withDefaults() SlowParams {
 	d := DefaultSlowParams

@@ -131,7 +131,7 @@ func TestNextExclusionsTable(t *testing.T) {
 		{name: "slow again soon after: twice as long", cur: map[proto.NodeID]Exclusion{2: {Until: now.Add(-20 * s), Count: 1}}, slow: []proto.NodeID{2},
 			want: map[proto.NodeID]Exclusion{2: {Until: now.Add(20 * s), Count: 2}}, taken: []proto.NodeID{2}},
 		{name: "hold capped", cur: map[proto.NodeID]Exclusion{2: {Until: now.Add(-s), Count: 9}}, slow: []proto.NodeID{2},
-			want: map[proto.NodeID]Exclusion{2: {Until: now.Add(5 * time.Minute), Count: 10}}, taken: []proto.NodeID{2}},
+			want: map[proto.NodeID]Exclusion{2: {Until: now.Add(20 * s), Count: 10}}, taken: []proto.NodeID{2}},
 		{name: "hold ended: back, remembered", cur: map[proto.NodeID]Exclusion{2: {Until: now.Add(-s), Count: 1}},
 			want: map[proto.NodeID]Exclusion{2: {Until: now.Add(-s), Count: 1}}},
 		{name: "long ago: forgotten", cur: map[proto.NodeID]Exclusion{2: {Until: now.Add(-2 * time.Minute), Count: 3}}, slow: []proto.NodeID{2},
