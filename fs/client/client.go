@@ -70,7 +70,10 @@ type Client struct {
 	// (connect) run under it and are counted in wg.
 	bgctx  context.Context
 	cancel context.CancelFunc
-	wg     sync.WaitGroup
+	// kick asks the background refresh to run now (a read was hedged:
+	// mgmtd should hear of it before this process may exit).
+	kick chan struct{}
+	wg   sync.WaitGroup
 }
 
 type nodeLoad struct {
@@ -92,7 +95,13 @@ type nodeLoad struct {
 	// (unix nanos); reads prefer replicas that are not clearly slower.
 	latency   atomic.Int64
 	latencyAt atomic.Int64
-	reads     atomic.Int64 // batched read requests sent to the node
+	// reportedAt: the latencyAt last reported to mgmtd; hedged: reads
+	// abandoned here for another replica since the last report;
+	// batchBytes: EWMA of the batch reads' sizes (failover.go).
+	reportedAt atomic.Int64
+	hedged     atomic.Int32
+	batchBytes atomic.Int64
+	reads      atomic.Int64 // batched read requests sent to the node
 	// noLocal: this node's chunk files are not readable here (permission
 	// denied, or maxLocalFails local reads in a row failed): no more
 	// local reads from it.
@@ -124,7 +133,7 @@ func Dial(ctx context.Context, addrs []string, opts Options) (*Client, error) {
 	}
 	c := &Client{opts: opts, mgmtd: addrs,
 		pool:     transport.NewPool(transport.Options{Token: opts.Token, Name: opts.Name, Faults: transport.FaultsFromEnv(), Trust: opts.Trust, TLSLoopback: opts.TLSLoopback}),
-		clientID: rand.Uint64() | 1}
+		clientID: rand.Uint64() | 1, kick: make(chan struct{}, 1)}
 	c.bgctx, c.cancel = context.WithCancel(context.Background())
 	if err := c.refresh(ctx); err != nil {
 		c.cancel()
@@ -143,16 +152,25 @@ func Dial(ctx context.Context, addrs []string, opts Options) (*Client, error) {
 				return
 			case <-t.C:
 				c.refresh(bctx)
+			case <-c.kick:
+				c.refresh(bctx)
 			}
 		}
 	}()
 	return c, nil
 }
 
-// Close stops the background refresh and closes the connections.
+// Close stops the background refresh, sends mgmtd the read latencies not
+// reported yet (best effort, reportTimeout) and closes the connections.
 func (c *Client) Close() error {
 	c.cancel()
 	c.wg.Wait()
+	if rep := c.latencyReport(); rep != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), reportTimeout)
+		var r proto.Routing
+		c.askMgmtd(ctx, proto.MGetRouting, rep, func() any { r = proto.Routing{}; return &r })
+		cancel()
+	}
 	c.pool.Close()
 	return nil
 }
@@ -185,7 +203,11 @@ func (c *Client) refresh(ctx context.Context) error {
 	c.refreshMu.Lock()
 	defer c.refreshMu.Unlock()
 	var r proto.Routing
-	if err := c.askMgmtd(ctx, proto.MGetRouting, func() any { r = proto.Routing{}; return &r }); err != nil {
+	var req any = struct{}{}
+	if rep := c.latencyReport(); rep != nil {
+		req = rep
+	}
+	if err := c.askMgmtd(ctx, proto.MGetRouting, req, func() any { r = proto.Routing{}; return &r }); err != nil {
 		return err
 	}
 	c.setRouting(&r)
@@ -198,13 +220,13 @@ func (c *Client) refresh(ctx context.Context) error {
 // before asking the standby.
 const mgmtdHedge = 300 * time.Millisecond
 
-// askMgmtd calls method (no arguments) on mgmtd and decodes the first
+// askMgmtd calls method (with request req) on mgmtd and decodes the first
 // answer into the value out returns (out is called once per attempt, from
 // the caller's goroutine only). It asks the address that answered last
 // first; every mgmtdHedge without an answer (or at once after an error)
 // it asks the next one too; the first answer wins and the others are
 // cancelled and waited for.
-func (c *Client) askMgmtd(ctx context.Context, method uint16, out func() any) error {
+func (c *Client) askMgmtd(ctx context.Context, method uint16, req any, out func() any) error {
 	type result struct {
 		addr string
 		resp []byte
@@ -233,7 +255,7 @@ func (c *Client) askMgmtd(ctx context.Context, method uint16, out func() any) er
 			var raw json.RawMessage
 			conn, err := c.pool.Get(actx, addr)
 			if err == nil {
-				_, err = conn.Call(actx, method, struct{}{}, nil, &raw)
+				_, err = conn.Call(actx, method, req, nil, &raw)
 				if errors.Is(err, context.DeadlineExceeded) {
 					c.pool.Drop(addr)
 				}
@@ -286,7 +308,7 @@ func (c *Client) askMgmtd(ctx context.Context, method uint16, out func() any) er
 // chunks), as the storage services sent them in their heartbeats.
 func (c *Client) Status(ctx context.Context) (*proto.StatusResp, error) {
 	var st proto.StatusResp
-	if err := c.askMgmtd(ctx, proto.MStatus, func() any { st = proto.StatusResp{}; return &st }); err != nil {
+	if err := c.askMgmtd(ctx, proto.MStatus, struct{}{}, func() any { st = proto.StatusResp{}; return &st }); err != nil {
 		return nil, err
 	}
 	if st.Routing != nil {
@@ -574,6 +596,10 @@ type span struct {
 	noLocal     bool
 	localFailed bool // the local read failed in the last attempt
 	direct      bool // some member asked for O_DIRECT (ChunkRead.Direct)
+	// hedged: a read of the span was abandoned for another replica in
+	// this ReadChunks (it is not hedged twice); justHedged: in the last
+	// attempt.
+	hedged, justHedged bool
 }
 
 // affinitySlack is how many more bytes in flight a chunk's preferred
@@ -648,6 +674,12 @@ func (c *Client) ReadChunks(ctx context.Context, reads []ChunkRead) error {
 	}
 	return c.retry(ctx, fmt.Sprintf("read %d ranges", len(reads)), func(ctx context.Context, r *proto.Routing) error {
 		err := c.readAttempt(ctx, r, reads, spans)
+		for err != nil && justHedged(spans) {
+			// Reads abandoned on a slow replica go to another at once,
+			// without the backoff and routing refresh of a failed
+			// attempt (each span is hedged once, so this ends).
+			err = c.readAttempt(ctx, r, reads, spans)
+		}
 		if err != nil && localFailed(spans) {
 			// A local read failed (its file was just replaced, most
 			// likely): read those spans over the connection now, without
@@ -669,6 +701,17 @@ func localFailed(spans []*span) bool {
 	return failed
 }
 
+// justHedged reports whether a span not read yet was hedged in the last
+// attempt, and clears the marks.
+func justHedged(spans []*span) bool {
+	h := false
+	for _, sp := range spans {
+		h = h || sp.justHedged && !sp.done
+		sp.justHedged = false
+	}
+	return h
+}
+
 func cmpU(a, b uint64) int {
 	switch {
 	case a < b:
@@ -686,6 +729,12 @@ type batch struct {
 	spans []*span
 	ios   []proto.ReadIO
 	bytes int64
+	// hedge: every span has another replica to go to (alts) and was not
+	// hedged yet: the batch may be abandoned for them when it is slow
+	// (failover.go). A local read's file is read after the reply, which
+	// the hedge no longer cancels.
+	hedge bool
+	alts  map[proto.NodeID]bool
 }
 
 // readAttempt reads every span not done yet, once; it returns nil when all
@@ -776,6 +825,7 @@ func (c *Client) readAttempt(ctx context.Context, r *proto.Routing, reads []Chun
 			best = ok[preferFast(lat, pick)]
 		}
 		sums := true
+		verify := sp.verifyAt != 0
 		if sp.verifyAt != 0 {
 			for _, t := range cands {
 				if t.ID == sp.verifyAt {
@@ -794,10 +844,17 @@ func (c *Client) readAttempt(ctx context.Context, r *proto.Routing, reads []Chun
 		bs := batches[best.Node]
 		if len(bs) == 0 || len(bs[len(bs)-1].ios) >= c.opts.MaxBatchIOs || bs[len(bs)-1].bytes+n > c.opts.MaxBatchBytes && len(bs[len(bs)-1].ios) > 0 {
 			n := min(len(spans), c.opts.MaxBatchIOs)
-			bs = append(bs, &batch{node: best.Node, spans: make([]*span, 0, n), ios: make([]proto.ReadIO, 0, n)})
+			bs = append(bs, &batch{node: best.Node, spans: make([]*span, 0, n), ios: make([]proto.ReadIO, 0, n), hedge: true, alts: map[proto.NodeID]bool{}})
 			batches[best.Node] = bs
 		}
 		b := bs[len(bs)-1]
+		alt := false
+		for _, t := range ok {
+			if t.Node != best.Node {
+				b.alts[t.Node], alt = true, true
+			}
+		}
+		b.hedge = b.hedge && alt && !sp.hedged && !verify
 		b.spans = append(b.spans, sp)
 		b.ios = append(b.ios, proto.ReadIO{Chain: sp.chain, ChainVer: ch.Version, Target: best.ID, Chunk: sp.chunk, Off: sp.off, Len: n, Sums: sums, Local: local})
 		b.bytes += n
@@ -815,7 +872,7 @@ func (c *Client) readAttempt(ctx context.Context, r *proto.Routing, reads []Chun
 				case <-gctx.Done():
 					return gctx.Err()
 				}
-				err := c.readBatch(gctx, r, reads, b)
+				err := c.hedgedBatch(gctx, r, reads, b)
 				<-nl.sem
 				if err != nil {
 					mu.Lock()
@@ -844,6 +901,88 @@ func (c *Client) readAttempt(ctx context.Context, r *proto.Routing, reads []Chun
 	}
 	return nil
 }
+
+// errHedged: a batch read was abandoned on a slow replica; its spans are
+// read from another at once (ReadChunks).
+var errHedged = fmt.Errorf("%w: read abandoned on a slow replica (hedged to another)", proto.ErrTargetOffline)
+
+// hedgedBatch runs readBatch; when b may be hedged, a watcher abandons it
+// once it has taken longer than hedgeAfter allows (recomputed as the
+// other replicas' samples come in: batches to them run meanwhile), and its
+// spans are marked for another replica.
+func (c *Client) hedgedBatch(ctx context.Context, r *proto.Routing, reads []ChunkRead, b *batch) error {
+	nl := c.node(b.node)
+	if !b.hedge {
+		err := c.readBatch(ctx, r, reads, b)
+		if err == nil {
+			nl.sampleBytes(b.bytes)
+		}
+		return err
+	}
+	bctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	start := time.Now()
+	var fired atomic.Bool
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() { // owned here: stopped and waited for below
+		defer close(done)
+		t := time.NewTimer(hedgePoll)
+		defer t.Stop()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-t.C:
+			}
+			var others []hedgeSample
+			now := time.Now().UnixNano()
+			for id := range b.alts {
+				n := c.node(id)
+				if !n.avoid() {
+					others = append(others, hedgeSample{n.recentLatency(now), n.batchBytes.Load()})
+				}
+			}
+			bound := hedgeAfter(others, b.bytes)
+			if el := time.Since(start); bound > 0 && el >= bound {
+				fired.Store(true)
+				cancel()
+				return
+			} else if bound > 0 {
+				t.Reset(min(bound-el, hedgePoll))
+			} else {
+				t.Reset(hedgePoll)
+			}
+		}
+	}()
+	err := c.readBatch(bctx, r, reads, b)
+	close(stop)
+	<-done
+	if err == nil {
+		nl.sampleBytes(b.bytes)
+		return nil
+	}
+	if fired.Load() && ctx.Err() == nil {
+		// What it took so far is a lower bound of its latency: reads
+		// prefer the others from now on (preferFast), and mgmtd hears of
+		// it (latencyReport).
+		nl.sample(time.Since(start))
+		nl.hedged.Add(1)
+		select {
+		case c.kick <- struct{}{}:
+		default:
+		}
+		for _, sp := range b.spans {
+			sp.hedged, sp.justHedged = true, true
+		}
+		return fmt.Errorf("%w: node %d after %v", errHedged, b.node, time.Since(start).Round(time.Millisecond))
+	}
+	return err
+}
+
+// hedgePoll: how often a hedge watcher looks at the other replicas'
+// samples while none is known.
+const hedgePoll = 25 * time.Millisecond
 
 func (c *Client) readBatch(ctx context.Context, r *proto.Routing, reads []ChunkRead, b *batch) error {
 	c.countReadRequest(len(b.ios), b.bytes)

@@ -5,10 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
 
+	"github.com/ffkit/ffkit/fs/proto"
 	"github.com/ffkit/ffkit/fs/transport"
 )
 
@@ -30,6 +32,16 @@ import (
 //   - Slow replicas: each node's recent request latency (an EWMA of batch
 //     reads) is kept; a chunk's preferred replica is passed over when it
 //     is clearly slower than another (preferFast).
+//   - Hedged reads: a batch read that has taken hedgeFactor times what the
+//     fastest other replica of its chunks recently took (scaled to the
+//     batch's size, at least hedgeFloor) is abandoned and its chunks are
+//     read from another replica at once (hedgeAfter). Each chunk range is
+//     hedged at most once per ReadChunks, so a cluster that is slow all
+//     over still finishes its reads.
+//   - Reports: the recent latencies (and hedges) are sent to mgmtd with
+//     the next routing request (every RefreshInterval, and at Close), so
+//     mgmtd can take a persistently slow node out of its chains
+//     (fs/mgmtd/slow.go); only what changed since the last report is sent.
 //   - Writes can only enter at a chain's head: a head this client cannot
 //     reach is retried (with a routing refresh each time) until mgmtd
 //     changes the chain or the retry window ends; the error then names the
@@ -46,6 +58,11 @@ const (
 	// slowFactor, slowFloor: preferFast's thresholds.
 	slowFactor = 4
 	slowFloor  = 20 * time.Millisecond
+	// hedgeFactor, hedgeFloor: hedgeAfter's.
+	hedgeFactor = 4
+	hedgeFloor  = 150 * time.Millisecond
+	// reportTimeout bounds Close's last latency report to mgmtd.
+	reportTimeout = 500 * time.Millisecond
 )
 
 // RetryWindow is the default retry window: FFKIT_RETRY_WINDOW (a Go
@@ -93,6 +110,11 @@ func (n *nodeLoad) succeeded(d time.Duration) {
 		n.fails.Store(0)
 		n.suspectUntil.Store(0)
 	}
+	n.sample(d)
+}
+
+// sample feeds d (0: none) into the node's latency average.
+func (n *nodeLoad) sample(d time.Duration) {
 	if d <= 0 {
 		return
 	}
@@ -112,6 +134,85 @@ func (n *nodeLoad) recentLatency(now int64) time.Duration {
 		return 0
 	}
 	return time.Duration(n.latency.Load())
+}
+
+// sampleBytes feeds a batch's size into the node's average batch size
+// (what its latency average is scaled by in hedgeAfter).
+func (n *nodeLoad) sampleBytes(b int64) {
+	if old := n.batchBytes.Load(); old == 0 {
+		n.batchBytes.Store(b)
+	} else {
+		n.batchBytes.Store(old + (b-old)/4)
+	}
+}
+
+// hedgeSample is a latency observation of another replica: its recent
+// latency and average batch size.
+type hedgeSample struct {
+	lat   time.Duration
+	bytes int64
+}
+
+// hedgeAfter returns how long a batch read of size bytes may take before
+// it is abandoned for another replica, given the other candidate
+// replicas' recent samples: hedgeFactor times the fastest of them, scaled
+// up by how much larger this batch is than that replica's usual one, and
+// at least hedgeFloor; 0 (never) when no other replica has a recent
+// sample, since then nothing says this one is slow. Pure.
+func hedgeAfter(others []hedgeSample, bytes int64) time.Duration {
+	best := time.Duration(0)
+	for _, o := range others {
+		if o.lat <= 0 {
+			continue
+		}
+		d := o.lat
+		if o.bytes > 0 && bytes > o.bytes {
+			d = time.Duration(float64(d) * float64(bytes) / float64(o.bytes))
+		}
+		if best == 0 || d < best {
+			best = d
+		}
+	}
+	if best == 0 {
+		return 0
+	}
+	return max(hedgeFloor, hedgeFactor*best)
+}
+
+// latencyReport collects, for mgmtd, every node's latency average sampled
+// since the last report and the reads hedged away from it since then;
+// nil when there is nothing new.
+func (c *Client) latencyReport() *proto.RoutingReq {
+	now := time.Now().UnixNano()
+	var rep []proto.NodeLatency
+	c.nodes.Range(func(k, v any) bool {
+		n := v.(*nodeLoad)
+		l := proto.NodeLatency{Node: k.(proto.NodeID), Hedged: int(n.hedged.Swap(0))}
+		if at := n.latencyAt.Load(); at > n.reportedAt.Load() && now-at <= int64(latencyTTL) {
+			n.reportedAt.Store(at)
+			l.Latency = n.latency.Load()
+		}
+		if l.Latency > 0 || l.Hedged > 0 {
+			rep = append(rep, l)
+		}
+		return true
+	})
+	if len(rep) == 0 {
+		return nil
+	}
+	// A node that answered nothing new still serves as the others' scale.
+	c.nodes.Range(func(k, v any) bool {
+		n := v.(*nodeLoad)
+		id := k.(proto.NodeID)
+		if slices.IndexFunc(rep, func(l proto.NodeLatency) bool { return l.Node == id }) < 0 {
+			if l := n.recentLatency(now); l > 0 {
+				rep = append(rep, proto.NodeLatency{Node: id, Latency: int64(l)})
+			}
+		}
+		return true
+	})
+	slices.SortFunc(rep, func(a, b proto.NodeLatency) int { return int(a.Node) - int(b.Node) })
+	return &proto.RoutingReq{Client: c.clientID, Latency: rep}
 }
 
 // avoid reports whether reads should pass this node over when another

@@ -204,6 +204,12 @@ func TestUnreachableReplica(t *testing.T) {
 // every piece of the server's answers for delay: a replica behind a slow
 // link.
 func slowProxy(t *testing.T, addr string, delay time.Duration, slow *atomic.Bool) string {
+	return slowProxyCounting(t, addr, delay, slow, nil)
+}
+
+// slowProxyCounting is slowProxy that also counts, in delivered, the
+// pieces of answers passed on after being held.
+func slowProxyCounting(t *testing.T, addr string, delay time.Duration, slow *atomic.Bool, delivered *atomic.Int64) string {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -235,11 +241,15 @@ func slowProxy(t *testing.T, addr string, delay time.Duration, slow *atomic.Bool
 				for {
 					n, err := up.Read(buf)
 					if n > 0 {
-						if slow.Load() {
+						held := slow.Load()
+						if held {
 							time.Sleep(delay)
 						}
 						if _, werr := c.Write(buf[:n]); werr != nil {
 							break
+						}
+						if held && delivered != nil {
+							delivered.Add(1)
 						}
 					}
 					if err != nil {
@@ -320,4 +330,96 @@ func TestSlowReplicaPassedOver(t *testing.T) {
 	if 3*got > int64(prefer2) {
 		t.Fatalf("the slow replica got %d requests (of %d chunks preferring it)", got, prefer2)
 	}
+}
+
+func TestHedgeAfter(t *testing.T) {
+	ms := time.Millisecond
+	for _, tc := range []struct {
+		others []hedgeSample
+		bytes  int64
+		want   time.Duration
+	}{
+		{nil, 1 << 20, 0},                                      // no other replica known: never
+		{[]hedgeSample{{0, 0}}, 1 << 20, 0},                    // its latency unknown: never
+		{[]hedgeSample{{10 * ms, 1 << 20}}, 1 << 20, 150 * ms}, // the floor
+		{[]hedgeSample{{100 * ms, 1 << 20}}, 1 << 20, 400 * ms},
+		{[]hedgeSample{{100 * ms, 1 << 20}, {50 * ms, 1 << 20}}, 1 << 20, 200 * ms}, // the fastest
+		{[]hedgeSample{{100 * ms, 1 << 20}}, 4 << 20, 1600 * ms},                    // a larger batch
+		{[]hedgeSample{{100 * ms, 1 << 20}}, 4 << 10, 400 * ms},                     // a smaller one: not scaled down
+		{[]hedgeSample{{100 * ms, 0}}, 4 << 20, 400 * ms},                           // size unknown
+	} {
+		if got := hedgeAfter(tc.others, tc.bytes); got != tc.want {
+			t.Errorf("hedgeAfter(%v, %d) = %v, want %v", tc.others, tc.bytes, got, tc.want)
+		}
+	}
+}
+
+// TestHedgedRead: a fresh client (no latency known yet) reads chunks on
+// every chain in one call while one replica's link holds every answer for
+// long: the batches to the other replicas answer, and the one to the slow
+// replica is abandoned once it has taken hedgeFactor times theirs; its
+// chunks are read from another replica, and the call returns with the
+// right bytes before the slow replica's answer arrives. Before, the call waited for the slow
+// answer (preferFast needs a sample of the slow node first).
+func TestHedgedRead(t *testing.T) {
+	c := startInproc(t)
+	ctx := context.Background()
+	cl := c.dial(t, Options{RetryTimeout: 30 * time.Second, RefreshInterval: time.Hour})
+	const n = 24
+	var want [][]byte
+	for i := 0; i < n; i++ {
+		data := bytes.Repeat([]byte{byte(i + 1)}, 128<<10)
+		if err := cl.WriteChunk(ctx, cl.Chains()[i%2], ChunkID{Inode: 6, Index: uint64(i)}, 0, data); err != nil {
+			t.Fatal(err)
+		}
+		want = append(want, data)
+	}
+	r := *cl.Routing()
+	r.Version += 1000
+	r.Nodes = append([]proto.Node(nil), r.Nodes...)
+	var slow atomic.Bool
+	var delivered atomic.Int64
+	for i := range r.Nodes {
+		if r.Nodes[i].ID == 2 {
+			r.Nodes[i].Addr = slowProxyCounting(t, r.Nodes[i].Addr, 6*time.Second, &slow, &delivered)
+		}
+	}
+	cl = c.dial(t, Options{RetryTimeout: 30 * time.Second, RequestTimeout: 20 * time.Second, RefreshInterval: time.Hour, NoLocalReads: true})
+	cl.setRouting(&r)
+	for _, nd := range r.Nodes {
+		if _, err := cl.connect(ctx, nd.Addr, cl.node(nd.ID), false); err != nil {
+			t.Fatal(err)
+		}
+	}
+	slow.Store(true)
+	rd := make([]ChunkRead, n)
+	prefer2 := 0
+	for i := range rd {
+		id := ChunkID{Inode: 6, Index: uint64(i)}
+		ch := r.Chain(cl.Chains()[i%2])
+		if ch.Targets[chunkHash(id)%uint64(len(ch.Targets))].Node == 2 {
+			prefer2++
+		}
+		rd[i] = ChunkRead{Chain: ch.ID, Chunk: id, Buf: make([]byte, 128<<10)}
+	}
+	if prefer2 == 0 {
+		t.Skip("no chunk prefers node 2")
+	}
+	if err := cl.ReadChunks(ctx, rd); err != nil {
+		t.Fatal(err)
+	}
+	if d := delivered.Load(); d != 0 {
+		t.Fatalf("the read waited for the slow replica's answer (%d pieces delivered after being held)", d)
+	}
+	for i := range rd {
+		if !bytes.Equal(rd[i].Buf, want[i]) {
+			t.Fatalf("chunk %d: other bytes", i)
+		}
+	}
+	// What the abandoned read took counts as node 2's latency (a lower
+	// bound): later reads prefer the others, and mgmtd hears of it.
+	if l := cl.node(2).recentLatency(time.Now().UnixNano()); l < hedgeFloor {
+		t.Fatalf("node 2's latency after the hedge: %v", l)
+	}
+	slow.Store(false)
 }

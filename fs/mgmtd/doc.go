@@ -5,7 +5,8 @@
 // target (by making it syncing, which its predecessor acts on).
 //
 // The decisions are pure functions (NextChain, Decide, LocalStates,
-// Placement) of (current routing, reported local states, heartbeat times,
+// Placement, and for slow nodes Votes, SlowNodes, NextExclusions in
+// slow.go) of (current routing, reported local states, heartbeat times,
 // now), tested with tables; the Server around them only gathers
 // heartbeats, runs the decisions on a ticker, persists, and answers.
 //

@@ -4,12 +4,14 @@ import (
 	"cmp"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log"
 	"maps"
 	"slices"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -77,6 +79,9 @@ type Options struct {
 	// Faults and Name feed the transport fault layer. Name default "mgmtd".
 	Faults transport.Faults
 	Name   string
+	// Slow sets slow-node detection's thresholds (slow.go); zero fields
+	// take DefaultSlowParams, a negative Factor turns it off.
+	Slow SlowParams
 	// Logf logs decisions. Default log.Printf.
 	Logf func(format string, args ...any)
 	// Registry receives the metrics. Default: a new registry.
@@ -157,6 +162,16 @@ type Server struct {
 	mHeartbeat prometheus.Counter
 	mVersion   prometheus.Gauge
 	mStale     prometheus.Counter
+	mSlowOut   prometheus.Counter
+	mSlowNodes prometheus.Gauge
+	// votes are the clients' recent latency votes (slow.go), oldest
+	// first; guarded by mu.
+	votes []LatencyVote
+	// excl: slow nodes out of their chains, and the memory of past
+	// exclusions (loop goroutine only, under pubMu).
+	excl map[proto.NodeID]Exclusion
+	// out: the nodes excluded at the last tick (loop goroutine only).
+	out map[proto.NodeID]bool
 	// staleResyncs counts the "uptodate" reports ignored as stale.
 	staleResyncs atomic.Uint64
 }
@@ -176,7 +191,9 @@ func Start(ctx context.Context, opts Options) (*Server, error) {
 	s.mHeartbeat = prometheus.NewCounter(prometheus.CounterOpts{Name: "ffkit_mgmtd_heartbeats_total", Help: "Heartbeats received."})
 	s.mVersion = prometheus.NewGauge(prometheus.GaugeOpts{Name: "ffkit_mgmtd_routing_version", Help: "Current routing version."})
 	s.mStale = prometheus.NewCounter(prometheus.CounterOpts{Name: "ffkit_mgmtd_stale_resync_reports_total", Help: "Uptodate reports of syncing targets ignored: their resync ended under an older chain version."})
-	for _, c := range []prometheus.Collector{s.mChanges, s.mHeartbeat, s.mVersion, s.mStale} {
+	s.mSlowOut = prometheus.NewCounter(prometheus.CounterOpts{Name: "ffkit_mgmtd_slow_exclusions_total", Help: "Times a slow storage node was taken out of its chains."})
+	s.mSlowNodes = prometheus.NewGauge(prometheus.GaugeOpts{Name: "ffkit_mgmtd_slow_nodes_out", Help: "Storage nodes out of their chains for being slow."})
+	for _, c := range []prometheus.Collector{s.mChanges, s.mHeartbeat, s.mVersion, s.mStale, s.mSlowOut, s.mSlowNodes} {
 		if err := opts.Registry.Register(c); err != nil {
 			return nil, fmt.Errorf("mgmtd: metrics: %w", err)
 		}
@@ -216,7 +233,7 @@ func Start(ctx context.Context, opts Options) (*Server, error) {
 	s.routing = r
 	s.mVersion.Set(float64(r.Version))
 	s.start = time.Now()
-	s.srv, err = transport.Listen(opts.Listen, transport.Options{Token: opts.Token, Name: opts.Name, Faults: opts.Faults, Trust: opts.Trust, TLSLoopback: opts.TLSLoopback}, s.handle)
+	s.srv, err = listen(ctx, opts, s.handle)
 	if err != nil {
 		return nil, err
 	}
@@ -226,6 +243,43 @@ func Start(ctx context.Context, opts Options) (*Server, error) {
 	s.wg.Add(1)
 	go s.loop(lctx)
 	return s, nil
+}
+
+// listenRetry bounds how long Start keeps trying to bind a fixed address
+// that is in use; testHookListenBusy (tests only) runs after each failed
+// attempt.
+var (
+	listenRetry        = 30 * time.Second
+	testHookListenBusy func()
+)
+
+// listen binds opts.Listen. A restarted mgmtd binds the address it had,
+// which its cluster's URL names; meanwhile the kernel may have handed that
+// port to another socket as the local port of an outgoing connection (it
+// was an ephemeral port when first chosen, ":0"), and bind fails with
+// EADDRINUSE until that connection closes. Start waits for it, trying
+// again every 100 ms for up to listenRetry, rather than exit.
+func listen(ctx context.Context, opts Options, h transport.Handler) (*transport.Server, error) {
+	deadline := time.Now().Add(listenRetry)
+	logged := false
+	for {
+		srv, err := transport.Listen(opts.Listen, transport.Options{Token: opts.Token, Name: opts.Name, Faults: opts.Faults, Trust: opts.Trust, TLSLoopback: opts.TLSLoopback}, h)
+		if err == nil || !errors.Is(err, syscall.EADDRINUSE) || time.Now().After(deadline) {
+			return srv, err
+		}
+		if !logged {
+			opts.Logf("mgmtd: %v; trying again for up to %v", err, listenRetry)
+			logged = true
+		}
+		if testHookListenBusy != nil {
+			testHookListenBusy()
+		}
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("mgmtd: listen %s: %w", opts.Listen, ctx.Err())
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
 }
 
 // Addr is the address mgmtd serves on.
@@ -286,6 +340,10 @@ func (s *Server) handle(ctx context.Context, req *transport.Request) (any, [][]b
 		}
 		return s.heartbeat(ctx, &hb)
 	case proto.MGetRouting:
+		var rr proto.RoutingReq
+		if err := req.Decode(&rr); err == nil && len(rr.Latency) > 0 {
+			s.takeLatency(&rr)
+		}
 		r := s.Routing()
 		s.addMeta(ctx, r)
 		return r, nil, nil
@@ -351,6 +409,33 @@ func (s *Server) heartbeat(ctx context.Context, hb *proto.HeartbeatReq) (any, []
 	}
 	return proto.HeartbeatResp{Routing: r}, nil, nil
 }
+
+// takeLatency records a client's latency report as votes (slow.go).
+func (s *Server) takeLatency(rr *proto.RoutingReq) {
+	if s.opts.Slow.Off() {
+		return
+	}
+	now := time.Now()
+	p := s.opts.Slow.withDefaults()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var known []proto.NodeLatency
+	for _, l := range rr.Latency {
+		if _, ok := s.nodes[l.Node]; ok {
+			known = append(known, l)
+		}
+	}
+	// Forget votes out of the window, and keep at most maxVotes.
+	i := 0
+	for i < len(s.votes) && (now.Sub(s.votes[i].At) > p.Window || len(s.votes)-i > maxVotes) {
+		i++
+	}
+	s.votes = append(s.votes[i:], Votes(known, rr.Client, now, p)...)
+}
+
+// maxVotes bounds the latency votes mgmtd keeps (clients report on every
+// routing refresh, by default once a second).
+const maxVotes = 4096
 
 // Space returns the latest space report of every target heard from since
 // this mgmtd started, by target id. It lives in memory only: every
@@ -449,6 +534,7 @@ func (s *Server) tick(ctx context.Context, now time.Time) error {
 	for id, n := range s.nodes {
 		views[id] = NodeView{Addr: n.Addr, LastHB: n.LastHB, Targets: maps.Clone(n.Targets), ChainVer: maps.Clone(n.ChainVer)}
 	}
+	votes := slices.Clone(s.votes)
 	build := len(cur.Chains) == 0 && s.opts.ExpectTargets > 0 && len(s.targets) >= s.opts.ExpectTargets
 	targets := maps.Clone(s.targets)
 	s.mu.Unlock()
@@ -467,6 +553,9 @@ func (s *Server) tick(ctx context.Context, now time.Time) error {
 			maps.Copy(reported, v.ChainVer)
 		}
 		StaleResyncs(next, local, reported) // counted as they arrive
+		if !s.opts.Slow.Off() {
+			s.slowNodes(next, local, votes, now)
+		}
 		if d, changed := Decide(next, local); changed {
 			for i, c := range d.Chains {
 				if c.Version != next.Chains[i].Version {
@@ -489,6 +578,39 @@ func (s *Server) tick(ctx context.Context, now time.Time) error {
 		return err
 	}
 	return nil
+}
+
+// slowNodes takes persistently slow nodes out of their chains and lets
+// them back when their hold ends (slow.go), by marking their targets
+// offline in local before Decide. Caller holds pubMu.
+func (s *Server) slowNodes(r *proto.Routing, local map[proto.TargetID]proto.LocalState, votes []LatencyVote, now time.Time) {
+	p := s.opts.Slow.withDefaults()
+	before := s.out
+	next, taken := NextExclusions(s.excl, SlowNodes(votes, now, p), r, local, now, p)
+	after := Excluded(next, now)
+	for _, id := range taken {
+		var lat, base []string
+		for _, v := range votes {
+			if v.Node == id && v.Slow && now.Sub(v.At) <= p.Window {
+				lat = append(lat, v.Latency.Round(time.Millisecond).String())
+				base = append(base, v.Base.Round(time.Millisecond).String())
+			}
+		}
+		if len(lat) > 5 {
+			lat, base = lat[len(lat)-5:], base[len(base)-5:]
+		}
+		s.opts.Logf("mgmtd: node %d is slow (clients' reads took %v against %v on the fastest other node): taking its targets out of their chains until %s (exclusion %d in a row)",
+			id, lat, base, next[id].Until.Format("15:04:05.000"), next[id].Count)
+		s.mSlowOut.Inc()
+	}
+	for id := range before {
+		if !after[id] {
+			s.opts.Logf("mgmtd: node %d's hold for slowness ended: its targets rejoin through resync", id)
+		}
+	}
+	s.excl, s.out = next, after
+	s.mSlowNodes.Set(float64(len(after)))
+	ApplyExclusions(local, r, after)
 }
 
 // BuildChains builds the chain table from the registered targets now, if

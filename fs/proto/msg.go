@@ -207,6 +207,23 @@ type HeartbeatReq struct {
 	Known   uint64         `json:"known"` // the routing version the node has
 }
 
+// RoutingReq is MGetRouting's request: empty, or a client's recent read
+// latency of each storage node it read from (mgmtd's slow-node detection,
+// fs/mgmtd/slow.go). Older clients send {}.
+type RoutingReq struct {
+	Client  uint64        `json:"client,omitempty"`
+	Latency []NodeLatency `json:"latency,omitempty"`
+}
+
+// NodeLatency is a client's recent read round trip to one storage node
+// (an average over its last requests, ns; 0 unknown), and how many reads
+// it abandoned there for another replica (hedged) since its last report.
+type NodeLatency struct {
+	Node    NodeID `json:"node"`
+	Latency int64  `json:"ns,omitempty"`
+	Hedged  int    `json:"hedged,omitempty"`
+}
+
 // HeartbeatResp answers with the routing when the node's is out of date.
 type HeartbeatResp struct {
 	Routing *Routing `json:"routing,omitempty"`

@@ -229,6 +229,9 @@ func TestChaos(t *testing.T) {
 		}
 		t.Errorf("failed with an exit code other than 3: %s", e)
 	}
+	if b, err := os.ReadFile(filepath.Join(c.dir, "mgmtd.log")); err == nil {
+		t.Logf("mgmtd took a slow node out of its chains %d times", strings.Count(string(b), " is slow ("))
+	}
 	if serveTimes[len(serveTimes)-1] > 30*time.Second {
 		t.Logf("NOTE: some fault took more than 30 s to heal (the issue's bound)")
 	}

@@ -22,7 +22,7 @@ func TestPausedStorageRejoins(t *testing.T) {
 		}
 	}()
 	waitWrites(t, m, 10, 2*time.Minute)
-	for i, factor := range []float64{0.5, 2, 5} {
+	for i, factor := range []float64{0.5, 1, 2, 5} {
 		victim := 1 + i%c.n
 		p := c.storage[victim]
 		pause := time.Duration(factor * float64(failTimeout))

@@ -3,12 +3,14 @@ package etcdkv
 import (
 	"context"
 	"crypto/tls"
+	"errors"
 	"fmt"
 	"net"
 	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/ffkit/ffkit/fs/kv"
@@ -104,17 +106,41 @@ func StartEmbedded(ctx context.Context, c EmbedConfig) (*Server, error) {
 	if c.Logger == nil {
 		c.Logger = zap.NewNop()
 	}
-	var err error
-	for _, a := range []*string{&c.ClientAddr, &c.PeerAddr} {
-		if *a == "" {
-			if *a, err = FreeAddr(); err != nil {
-				return nil, fmt.Errorf("%w: etcdkv: %v", kv.ErrUnavailable, err)
-			}
-		}
-	}
 	if err := os.MkdirAll(c.Dir, 0o700); err != nil {
 		return nil, fmt.Errorf("etcdkv: %w", err)
 	}
+	// A port found free may be taken (as another connection's ephemeral
+	// port) before etcd binds it: then pick new ones and start again.
+	pickClient, pickPeer := c.ClientAddr == "", c.PeerAddr == ""
+	for attempt := 1; ; attempt++ {
+		var err error
+		for _, a := range []struct {
+			pick bool
+			addr *string
+		}{{pickClient, &c.ClientAddr}, {pickPeer, &c.PeerAddr}} {
+			if a.pick {
+				if *a.addr, err = freeAddr(); err != nil {
+					return nil, fmt.Errorf("%w: etcdkv: %v", kv.ErrUnavailable, err)
+				}
+			}
+		}
+		s, err := startEmbedded(ctx, c)
+		if err == nil || !(pickClient || pickPeer) || attempt == 5 || !addrInUse(err) {
+			return s, err
+		}
+	}
+}
+
+// freeAddr is FreeAddr; tests replace it.
+var freeAddr = FreeAddr
+
+// addrInUse: err is a failure to bind an address in use. etcd flattens
+// the cause into its message, so the message is checked too.
+func addrInUse(err error) bool {
+	return errors.Is(err, syscall.EADDRINUSE) || strings.Contains(err.Error(), "address already in use")
+}
+
+func startEmbedded(ctx context.Context, c EmbedConfig) (*Server, error) {
 	cfg := embed.NewConfig()
 	cfg.Name = c.Name
 	cfg.Dir = filepath.Join(c.Dir, "member-data")

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"testing"
 	"time"
 
@@ -93,5 +94,35 @@ func TestUnreachable(t *testing.T) {
 	_, err := Open(context.Background(), []string{addr}, Options{DialTimeout: 500 * time.Millisecond})
 	if !errors.Is(err, kv.ErrUnavailable) {
 		t.Fatalf("Open of a dead endpoint: %v, want kv.ErrUnavailable", err)
+	}
+}
+
+// TestEmbeddedPortTaken: the ports an embedded member picks are free when
+// picked but may be taken before etcd binds them (another connection's
+// ephemeral port: a restarted mgmtd's etcd failed so with "address
+// already in use" in TestMgmtdRestart). The first picks here are ports
+// held by a listener: the member starts on new ones.
+func TestEmbeddedPortTaken(t *testing.T) {
+	busy, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer busy.Close()
+	picks := 0
+	freeAddr = func() (string, error) {
+		picks++
+		if picks <= 2 {
+			return busy.Addr().String(), nil
+		}
+		return FreeAddr()
+	}
+	defer func() { freeAddr = FreeAddr }()
+	s, srv, err := OpenEmbedded(context.Background(), t.TempDir(), "", nil, Options{})
+	if err != nil {
+		t.Fatalf("start with its first ports taken: %v", err)
+	}
+	defer s.Close()
+	if srv.Endpoint() == busy.Addr().String() || picks < 4 {
+		t.Fatalf("serving at %s after %d picks", srv.Endpoint(), picks)
 	}
 }
