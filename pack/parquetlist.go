@@ -6,12 +6,14 @@ import (
 	"errors"
 	"io"
 	"path"
+	"slices"
 	"strconv"
 
 	"github.com/apache/arrow-go/v18/arrow/memory"
 	"github.com/apache/arrow-go/v18/parquet"
 	"github.com/apache/arrow-go/v18/parquet/compress"
 	"github.com/apache/arrow-go/v18/parquet/file"
+	"github.com/apache/arrow-go/v18/parquet/metadata"
 	"github.com/parquet-go/parquet-go/encoding/rle"
 	"github.com/parquet-go/parquet-go/encoding/thrift"
 	"github.com/parquet-go/parquet-go/format"
@@ -43,51 +45,86 @@ var listParquetMinValue int64 = 4 << 10
 // errNotListable: the column is not stored so that it can be listed.
 var errNotListable = errors.New("pack: parquet column not listable")
 
+// pqColumn is an open Parquet file and a column of it that can be
+// listed: flat BYTE_ARRAY (at most optional), each chunk in the file
+// itself, unencrypted, with one of the codecs asked for.
+type pqColumn struct {
+	f           fs.File
+	pr          *file.Reader
+	md          *metadata.FileMetaData
+	ci          int   // the column's index
+	maxDef      int16 // 1 when optional
+	rows, bytes int64 // rows, and the column's uncompressed bytes
+}
+
+// openPQColumn opens name and checks its column; errNotListable when the
+// column is not one that can be listed (a panic of the footer reader
+// counts as that). On error nothing is left open; else the caller closes
+// c.pr and c.f.
+func openPQColumn(ctx context.Context, fsys fs.FS, name, column string, codecs ...compress.Compression) (c pqColumn, err error) {
+	f, err := fsys.Open(ctx, name, fs.OpenOptions{})
+	if err != nil {
+		return c, err
+	}
+	var pr *file.Reader
+	defer func() {
+		if r := recover(); r != nil { // the footer reader panics on some input
+			err = errNotListable
+		}
+		if err != nil {
+			if pr != nil {
+				pr.Close()
+			}
+			f.Close()
+		}
+	}()
+	pr, err = file.NewParquetReader(io.NewSectionReader(f, 0, f.Size()), file.WithReadProps(parquet.NewReaderProperties(memory.DefaultAllocator)))
+	if err != nil {
+		return c, err
+	}
+	md := pr.MetaData()
+	ci := md.Schema.ColumnIndexByName(column)
+	if ci < 0 {
+		return c, errNotListable
+	}
+	leaf := md.Schema.Column(ci)
+	if leaf.PhysicalType() != parquet.Types.ByteArray || leaf.MaxRepetitionLevel() != 0 || leaf.Path() != column || leaf.MaxDefinitionLevel() > 1 {
+		return c, errNotListable
+	}
+	c = pqColumn{f: f, pr: pr, md: md, ci: ci, maxDef: leaf.MaxDefinitionLevel()}
+	for g := range md.NumRowGroups() {
+		cc, err := md.RowGroup(g).ColumnChunk(ci)
+		if err != nil {
+			return pqColumn{}, err
+		}
+		if !slices.Contains(codecs, cc.Compression()) || cc.FilePath() != "" || cc.CryptoMetadata() != nil {
+			return pqColumn{}, errNotListable
+		}
+		c.rows += md.RowGroup(g).NumRows()
+		c.bytes += cc.TotalUncompressedSize()
+	}
+	return c, nil
+}
+
 // listParquet lists the values of a flat BYTE_ARRAY column whose pages are
 // uncompressed and PLAIN-encoded, as extents of the file. It returns
 // errNotListable (or another error, which the caller treats the same: the
 // walk reports it) when the column is not like that.
 func listParquet(ctx context.Context, fsys fs.FS, name, column string) (_ *listed, err error) {
-	f, err := fsys.Open(ctx, name, fs.OpenOptions{})
+	c, err := openPQColumn(ctx, fsys, name, column, compress.Codecs.Uncompressed)
 	if err != nil {
 		return nil, err
 	}
+	f, md, ci, maxDef, rows, bytes := c.f, c.md, c.ci, c.maxDef, c.rows, c.bytes
+	defer c.pr.Close()
 	defer func() {
-		if r := recover(); r != nil { // the footer reader panics on some input
+		if r := recover(); r != nil { // the page headers' reader may panic on some input
 			err = errNotListable
 		}
 		if err != nil {
 			f.Close()
 		}
 	}()
-	pr, err := file.NewParquetReader(io.NewSectionReader(f, 0, f.Size()), file.WithReadProps(parquet.NewReaderProperties(memory.DefaultAllocator)))
-	if err != nil {
-		return nil, err
-	}
-	defer pr.Close()
-	md := pr.MetaData()
-	sc := md.Schema
-	ci := sc.ColumnIndexByName(column)
-	if ci < 0 {
-		return nil, errNotListable
-	}
-	leaf := sc.Column(ci)
-	if leaf.PhysicalType() != parquet.Types.ByteArray || leaf.MaxRepetitionLevel() != 0 || leaf.Path() != column || leaf.MaxDefinitionLevel() > 1 {
-		return nil, errNotListable
-	}
-	maxDef := leaf.MaxDefinitionLevel()
-	var rows, bytes int64
-	for g := range md.NumRowGroups() {
-		cc, err := md.RowGroup(g).ColumnChunk(ci)
-		if err != nil {
-			return nil, err
-		}
-		if cc.Compression() != compress.Codecs.Uncompressed || cc.FilePath() != "" || cc.CryptoMetadata() != nil {
-			return nil, errNotListable
-		}
-		rows += md.RowGroup(g).NumRows()
-		bytes += cc.TotalUncompressedSize()
-	}
 	if rows == 0 || bytes/rows < listParquetMinValue { // an empty table is walked
 		return nil, errNotListable
 	}

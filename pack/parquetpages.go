@@ -12,10 +12,7 @@ import (
 	"sync"
 	"sync/atomic"
 
-	"github.com/apache/arrow-go/v18/arrow/memory"
-	"github.com/apache/arrow-go/v18/parquet"
 	"github.com/apache/arrow-go/v18/parquet/compress"
-	"github.com/apache/arrow-go/v18/parquet/file"
 	"github.com/klauspost/compress/snappy"
 	"github.com/parquet-go/parquet-go/encoding/rle"
 	"github.com/parquet-go/parquet-go/format"
@@ -522,44 +519,20 @@ type pqDictVal struct{ off, size int64 }
 // It returns errNotListable (or another error, which the caller treats
 // the same) when the column is not like that.
 func listParquetPages(ctx context.Context, fsys fs.FS, name, column string) (_ *pagedListed, err error) {
-	f, err := fsys.Open(ctx, name, fs.OpenOptions{})
+	c, err := openPQColumn(ctx, fsys, name, column, compress.Codecs.Uncompressed, compress.Codecs.Snappy)
 	if err != nil {
 		return nil, err
 	}
+	f, md, ci, rows := c.f, c.md, c.ci, c.rows
+	defer c.pr.Close()
 	defer func() {
-		if r := recover(); r != nil { // the footer reader panics on some input
+		if r := recover(); r != nil { // the page headers' reader may panic on some input
 			err = errNotListable
 		}
 		if err != nil {
 			f.Close()
 		}
 	}()
-	pr, err := file.NewParquetReader(io.NewSectionReader(f, 0, f.Size()), file.WithReadProps(parquet.NewReaderProperties(memory.DefaultAllocator)))
-	if err != nil {
-		return nil, err
-	}
-	defer pr.Close()
-	md := pr.MetaData()
-	sc := md.Schema
-	ci := sc.ColumnIndexByName(column)
-	if ci < 0 {
-		return nil, errNotListable
-	}
-	leaf := sc.Column(ci)
-	if leaf.PhysicalType() != parquet.Types.ByteArray || leaf.MaxRepetitionLevel() != 0 || leaf.Path() != column || leaf.MaxDefinitionLevel() > 1 {
-		return nil, errNotListable
-	}
-	var rows int64
-	for g := range md.NumRowGroups() {
-		cc, err := md.RowGroup(g).ColumnChunk(ci)
-		if err != nil {
-			return nil, err
-		}
-		if c := cc.Compression(); (c != compress.Codecs.Uncompressed && c != compress.Codecs.Snappy) || cc.FilePath() != "" || cc.CryptoMetadata() != nil {
-			return nil, errNotListable
-		}
-		rows += md.RowGroup(g).NumRows()
-	}
 	if rows == 0 {
 		return nil, errNotListable
 	}
@@ -569,7 +542,7 @@ func listParquetPages(ctx context.Context, fsys fs.FS, name, column string) (_ *
 	l.samples = make([]Sample, 0, rows)
 	l.extents = make([][]extent, 0, rows)
 	p.cut = make([]pqCut, 0, rows)
-	pl := &pageLister{r: f, size: f.Size(), maxDef: leaf.MaxDefinitionLevel()}
+	pl := &pageLister{r: f, size: f.Size(), maxDef: c.maxDef}
 	lp := &pagesLister{p: p, pl: pl, fi: fi, base: path.Base(name) + ":"}
 	for g := range md.NumRowGroups() {
 		if err := ctx.Err(); err != nil {
