@@ -2,7 +2,6 @@ package storage
 
 import (
 	"context"
-	"sync"
 	"testing"
 	"time"
 
@@ -28,20 +27,7 @@ func TestRetryAtNewHeadDuringForwardedUpdate(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	held := make(chan struct{})
-	release := make(chan struct{})
-	var once sync.Once
-	hook := func(ts *tstate, cid proto.ChunkID, ver uint64) {
-		if ts != b || cid != id || ver != 2 {
-			return
-		}
-		once.Do(func() {
-			close(held)
-			<-release
-		})
-	}
-	testHookForward.Store(&hook)
-	t.Cleanup(func() { testHookForward.Store(nil) })
+	held, release := holdForward(t, b, id, 2)
 
 	data := []byte("WW")
 	crc := proto.PayloadChecksum(proto.PayloadCRCs(data))
@@ -77,7 +63,7 @@ func TestRetryAtNewHeadDuringForwardedUpdate(t *testing.T) {
 		}
 		time.Sleep(time.Millisecond)
 	}
-	close(release)
+	release()
 	f, r := <-fwd, <-retry
 	if f.err != nil || r.err != nil {
 		t.Fatalf("forwarded update: %v; retry: %v", f.err, r.err)

@@ -27,23 +27,7 @@ func TestQueuedWriteLeavesWhenCallerGivesUp(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	held := make(chan struct{})
-	release := make(chan struct{})
-	var once sync.Once
-	hook := func(ts *tstate, cid proto.ChunkID, ver uint64) {
-		if ts != head || cid != id || ver != 2 {
-			return
-		}
-		once.Do(func() {
-			close(held)
-			<-release
-		})
-	}
-	testHookForward.Store(&hook)
-	t.Cleanup(func() { testHookForward.Store(nil) })
-	var releaseOnce sync.Once
-	unhold := func() { releaseOnce.Do(func() { close(release) }) }
-	t.Cleanup(unhold)
+	held, unhold := holdForward(t, head, id, 2)
 
 	write := func(ctx context.Context, seq uint64, off int64, data string) (*proto.WriteResp, error) {
 		d := []byte(data)
@@ -93,4 +77,30 @@ func TestQueuedWriteLeavesWhenCallerGivesUp(t *testing.T) {
 			t.Errorf("target %d: %q at v%d, want %q at v3", tid, got, m.CommitVer, "XXaaYYaa")
 		}
 	}
+}
+
+// holdForward holds the first forward of version ver of chunk id by ts
+// until release is called (by the test's end at the latest); held is
+// closed once it is held.
+func holdForward(t *testing.T, ts *tstate, id proto.ChunkID, ver uint64) (held <-chan struct{}, release func()) {
+	h := make(chan struct{})
+	r := make(chan struct{})
+	var once sync.Once
+	hook := func(got *tstate, cid proto.ChunkID, v uint64) {
+		if got != ts || cid != id || v != ver {
+			return
+		}
+		once.Do(func() {
+			close(h)
+			<-r
+		})
+	}
+	testHookForward.Store(&hook)
+	var releaseOnce sync.Once
+	release = func() { releaseOnce.Do(func() { close(r) }) }
+	t.Cleanup(func() {
+		release()
+		testHookForward.Store(nil)
+	})
+	return h, release
 }
