@@ -287,11 +287,21 @@ func (p *packer) removeStaleIndexes(fsys fs.FS, name string) error {
 	return nil
 }
 
+// sampleErr names the sample a write failed on. A write stopped by the
+// pack's context says so once: the parallel reads of a large sample each
+// fail with the cancellation, and their joined errors would repeat it.
+func (p *packer) sampleErr(name string, err error) error {
+	if cerr := p.ctx.Err(); cerr != nil && errors.Is(err, cerr) {
+		return fmt.Errorf("pack: sample %q: stopped while writing %s: %w", name, p.out, cerr)
+	}
+	return fmt.Errorf("pack: sample %q: %w", name, err)
+}
+
 // copyWalk writes every sample of a walked source, one after the other.
 func (p *packer) copyWalk(w sink) error {
 	return p.src.Walk(p.ctx, func(s Sample, r io.Reader) error {
 		if err := w.WriteFrom(r, s.Size); err != nil {
-			return fmt.Errorf("pack: sample %q: %w", s.Name, err)
+			return p.sampleErr(s.Name, err)
 		}
 		if _, ok := p.src.(Listed); !ok {
 			p.samples = append(p.samples, s)
@@ -319,7 +329,7 @@ func (p *packer) copyListed(l Listed, w sink, reserve bool) error {
 			err := w.WriteFromAt(l.ReaderAt(i), 0, s.Size)
 			l.Done(i)
 			if err != nil {
-				return fmt.Errorf("pack: sample %q: %w", s.Name, err)
+				return p.sampleErr(s.Name, err)
 			}
 			p.wrote(s.Size)
 			p.progress()
@@ -370,7 +380,7 @@ func (p *packer) copyListed(l Listed, w sink, reserve bool) error {
 			err := w.WriteFromAt(l.ReaderAt(i), 0, s.Size)
 			l.Done(i)
 			if err != nil {
-				rerr = fmt.Errorf("pack: sample %q: %w", s.Name, err)
+				rerr = p.sampleErr(s.Name, err)
 				break
 			}
 			p.wrote(s.Size)

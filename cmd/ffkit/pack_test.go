@@ -16,6 +16,7 @@ import (
 
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/array"
+	"github.com/apache/arrow-go/v18/arrow/ipc"
 	"github.com/apache/arrow-go/v18/arrow/memory"
 	"github.com/apache/arrow-go/v18/parquet"
 	"github.com/apache/arrow-go/v18/parquet/pqarrow"
@@ -336,11 +337,12 @@ func TestCLIPackGzipTarAndBadFlags(t *testing.T) {
 	}
 }
 
-// Every source packs the same from an ffkit:// path as from the local
-// copy, byte for byte (shards and index), and onto the cluster; a pack
-// onto the cluster killed between the two renames of --force leaves
-// nothing at OUT, pack --clean restores the old dataset, a rerun leaves no
-// staging behind.
+// Samples of 0 B, 31 MiB and 33 MiB pack locally and onto the cluster and
+// read back as they are; every source (Arrow included) packs the same from
+// an ffkit:// path as from the local copy, byte for byte (shards and
+// index), and onto the cluster; a pack onto the cluster killed at publish
+// steps of --force leaves the old dataset, the new one or (between the
+// renames) nothing, pack --clean restores, a rerun leaves no staging.
 func TestCLIPackClusterSources(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a cluster of processes")
@@ -389,9 +391,51 @@ func TestCLIPackClusterSources(t *testing.T) {
 	writeTarFile(filepath.Join(srcs, "wds", "s-1.tar.gz"), true, wds[10:])
 
 	writeParquet(t, filepath.Join(srcs, "t.parquet"))
+	writeArrow(t, filepath.Join(srcs, "t.arrow"))
+	// samples of 0 B, 31 MiB and 33 MiB in one dataset (kept out of srcs:
+	// they are packed from the local copy only)
+	sizes := filepath.Join(local, "sizes")
+	os.MkdirAll(sizes, 0o755)
+	for i, n := range []int{0, 31 << 20, 33 << 20} {
+		b := make([]byte, n)
+		for j := range b {
+			b[j] = byte(j*7 + i + j>>20)
+		}
+		os.WriteFile(filepath.Join(sizes, fmt.Sprintf("s%d", i)), b, 0o644)
+	}
 
 	u := startUp(t, t.TempDir())
 	U := u.url
+	// clusterSamples fetches a dataset from the cluster and reads it; an
+	// error when there is nothing there that opens.
+	gets := 0
+	clusterSamples := func(url string) ([][]byte, error) {
+		gets++
+		p := filepath.Join(local, fmt.Sprintf("fetched-%d", gets))
+		if _, code := u.run(t, "fs", "get", url, p); code != 0 {
+			return nil, fmt.Errorf("fs get %s: exit %d", url, code)
+		}
+		defer os.RemoveAll(p)
+		return datasetSamples(p)
+	}
+
+	// Samples of 0 B, 31 MiB and 33 MiB (the old writer hung at 32 MiB)
+	// pack locally and onto the cluster, verify, and read back as they are.
+	want := sourceSamples(t, sizes)
+	u.must(t, "pack", sizes, "-o", filepath.Join(local, "sizes-out"))
+	u.must(t, "pack", sizes, "-o", U+"/sizes")
+	u.must(t, "verify", filepath.Join(local, "sizes-out"))
+	u.must(t, "verify", U+"/sizes")
+	if got, err := datasetSamples(filepath.Join(local, "sizes-out")); err != nil || !equalSamples(got, want) {
+		t.Fatalf("0 B, 31 MiB, 33 MiB packed locally: %d samples back, %v", len(got), err)
+	}
+	if got, err := clusterSamples(U + "/sizes"); err != nil || !equalSamples(got, want) {
+		t.Fatalf("0 B, 31 MiB, 33 MiB packed onto the cluster: %d samples back, %v", len(got), err)
+	}
+	os.RemoveAll(sizes)
+	os.RemoveAll(filepath.Join(local, "sizes-out"))
+	u.must(t, "fs", "rm", "-r", U+"/sizes")
+
 	u.must(t, "fs", "mkdir", U+"/in")
 	u.must(t, "fs", "put", srcs, U+"/in")
 	for _, c := range []struct {
@@ -405,6 +449,7 @@ func TestCLIPackClusterSources(t *testing.T) {
 		{"wds", []string{"--format", "webdataset"}},
 		{"t.parquet", []string{"--column", "img"}},
 		{"t.parquet", nil},
+		{"t.arrow", []string{"--column", "img"}},
 	} {
 		name := strings.ReplaceAll(c.src, ".", "_") + strings.Join(c.args, "")
 		lo, cl := filepath.Join(local, "lo-"+name), filepath.Join(local, "cl-"+name)
@@ -423,7 +468,7 @@ func TestCLIPackClusterSources(t *testing.T) {
 			}
 		}
 		want, err := datasetSamples(lo)
-		if err != nil {
+		if err != nil || len(want) == 0 {
 			t.Fatal(err)
 		}
 		got := filepath.Join(local, "get-"+name)
@@ -432,32 +477,103 @@ func TestCLIPackClusterSources(t *testing.T) {
 			t.Fatalf("%s: the dataset packed onto the cluster differs (%v)", c.src, err)
 		}
 	}
-	// A kill between the renames of --force on the cluster: nothing at OUT,
-	// --clean restores the old dataset, a rerun replaces it cleanly.
-	ds := U + "/out/tree"
-	old, _ := datasetSamples(filepath.Join(local, "lo-tree"))
-	cmd := exec.Command(ffrBinary(t), "pack", filepath.Join(srcs, "c.jsonl"), "-o", ds, "--force")
-	cmd.Env = append(append([]string{}, u.env...), "FFKIT_PACK_STOP_AT="+ffrecord.StepAside)
-	if err := cmd.Start(); err != nil {
+	// A kill at publish steps of --force on the cluster: OUT is the old
+	// dataset, the new one, or (between the renames) nothing, sample for
+	// sample; pack --clean restores the old one there, and a rerun
+	// publishes with no staging left. FFKIT_TEST_PUBLISH_STEPS=all runs
+	// every step; by default the two around the renames.
+	old, _ := datasetSamples(filepath.Join(local, "lo-a_tar"))
+	new, _ := datasetSamples(filepath.Join(local, "lo-c_jsonl"))
+	steps := []string{ffrecord.StepAside, ffrecord.StepPublished}
+	if os.Getenv("FFKIT_TEST_PUBLISH_STEPS") == "all" {
+		steps = []string{ffrecord.StepStaged, ffrecord.StepAside, ffrecord.StepPublished, ffrecord.StepDone}
+	}
+	oldOrNew := func(ds string, allowNothing bool) string {
+		t.Helper()
+		got, err := clusterSamples(ds)
+		_, v := u.run(t, "verify", ds)
+		switch {
+		case err != nil:
+			if !allowNothing {
+				t.Fatalf("nothing readable at %s: %v", ds, err)
+			}
+			if v == 0 {
+				t.Fatalf("verify passed %s, which does not open", ds)
+			}
+			return "nothing"
+		case equalSamples(got, new):
+			if v != 0 {
+				t.Fatalf("verify of the complete new dataset: exit %d", v)
+			}
+			return "new"
+		case equalSamples(got, old):
+			if v != 0 {
+				t.Fatalf("verify of the complete old dataset: exit %d", v)
+			}
+			return "old"
+		}
+		t.Fatalf("%s holds %d samples, neither the old (%d) nor the new (%d) dataset; verify exit %d", ds, len(got), len(old), len(new), v)
+		return ""
+	}
+	for _, step := range steps {
+		ds := U + "/kill/" + step
+		u.must(t, "pack", filepath.Join(srcs, "a.tar"), "-o", ds)
+		cmd := exec.Command(ffrBinary(t), "pack", filepath.Join(srcs, "c.jsonl"), "-o", ds, "--force")
+		cmd.Env = append(append([]string{}, u.env...), "FFKIT_PACK_STOP_AT="+step)
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, "pack to stop at "+step, func() bool { return stopped(cmd.Process.Pid) })
+		cmd.Process.Signal(syscall.SIGKILL)
+		cmd.Wait()
+		want := map[string]string{ffrecord.StepStaged: "old", ffrecord.StepAside: "nothing", ffrecord.StepPublished: "new", ffrecord.StepDone: "new"}[step]
+		if got := oldOrNew(ds, true); got != want {
+			t.Fatalf("killed at %s on the cluster: %s at the output, want %s", step, got, want)
+		}
+		u.must(t, "pack", "--clean", "-o", ds)
+		want = map[string]string{ffrecord.StepStaged: "old", ffrecord.StepAside: "old", ffrecord.StepPublished: "new", ffrecord.StepDone: "new"}[step]
+		if got := oldOrNew(ds, false); got != want {
+			t.Fatalf("killed at %s on the cluster, after --clean: %s, want %s", step, got, want)
+		}
+		u.must(t, "pack", filepath.Join(srcs, "c.jsonl"), "-o", ds, "--force")
+		if got := oldOrNew(ds, false); got != "new" {
+			t.Fatalf("the rerun after a kill at %s: %s", step, got)
+		}
+		if ls := u.must(t, "fs", "ls", U+"/kill"); strings.Contains(ls, "ffkit-staging") || strings.Contains(ls, "ffkit-old") {
+			t.Fatalf("left on the cluster after a kill at %s:\n%s", step, ls)
+		}
+	}
+}
+
+// writeArrow writes a small Arrow IPC file with a binary column "img".
+func writeArrow(t *testing.T, p string) {
+	t.Helper()
+	sc := arrow.NewSchema([]arrow.Field{{Name: "id", Type: arrow.PrimitiveTypes.Int64}, {Name: "img", Type: arrow.BinaryTypes.Binary}}, nil)
+	b := array.NewRecordBuilder(memory.DefaultAllocator, sc)
+	defer b.Release()
+	f, err := os.Create(p)
+	if err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "pack to stop after setting the old dataset aside", func() bool { return stopped(cmd.Process.Pid) })
-	cmd.Process.Signal(syscall.SIGKILL)
-	cmd.Wait()
-	if _, code := u.run(t, "verify", ds); code == 0 {
-		t.Fatal("verify passed a dataset that is not there")
+	defer f.Close()
+	fw, err := ipc.NewFileWriter(f, ipc.WithSchema(sc))
+	if err != nil {
+		t.Fatal(err)
 	}
-	u.must(t, "pack", "--clean", "-o", ds)
-	back := filepath.Join(local, "restored")
-	u.must(t, "fs", "get", ds, back)
-	if s, err := datasetSamples(back); err != nil || !equalSamples(s, old) {
-		t.Fatalf("--clean did not restore the old dataset: %d samples, %v", len(s), err)
+	for batch := range 3 {
+		for i := range 70 {
+			b.Field(0).(*array.Int64Builder).Append(int64(batch*70 + i))
+			b.Field(1).(*array.BinaryBuilder).Append(bytes.Repeat([]byte{byte(i), byte(batch)}, 1+i*29))
+		}
+		rec := b.NewRecordBatch()
+		err := fw.Write(rec)
+		rec.Release()
+		if err != nil {
+			t.Fatal(err)
+		}
 	}
-	u.must(t, "pack", filepath.Join(srcs, "c.jsonl"), "-o", ds, "--force")
-	u.must(t, "verify", ds)
-	ls := u.must(t, "fs", "ls", U+"/out")
-	if strings.Contains(ls, "ffkit-staging") || strings.Contains(ls, "ffkit-old") {
-		t.Fatalf("left on the cluster:\n%s", ls)
+	if err := fw.Close(); err != nil {
+		t.Fatal(err)
 	}
 }
 
