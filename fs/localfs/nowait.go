@@ -85,11 +85,14 @@ func preadNowait(fd int, buf []byte, off int64) (int, syscall.Errno) {
 // when it served nothing, and nil when it served everything. The caller's
 // slice is not modified. The probe reads through descriptors held open for
 // the batch (hold.go).
-func (l *FS) serveCached(reqs []fs.ReadRequest) []fs.ReadRequest {
+// check, if not nil, is called with the index of each request served, right
+// after its copy (its bytes still in the CPU's cache); its first error is
+// returned, and the requests not yet served are returned all the same.
+func (l *FS) serveCached(reqs []fs.ReadRequest, check func(int) error) ([]fs.ReadRequest, error) {
 	probe := !l.NoNowait && !noNowaitEnv && !nowaitOff.Load()
 	mapped := l.Mmap || mmapEnv
 	if !probe && !mapped {
-		return reqs
+		return reqs, nil
 	}
 	EnsureProcs()
 	files := make([]*File, len(reqs))
@@ -100,17 +103,24 @@ func (l *FS) serveCached(reqs []fs.ReadRequest) []fs.ReadRequest {
 		}
 	}
 	rest := reqs
+	var checkErr error
 	withFDs(files, func(fds []int) error { // a closed file: the other paths report it
-		rest = serveCachedFDs(reqs, files, fds, probe, mapped)
+		rest, checkErr = serveCachedFDs(reqs, files, fds, probe, mapped, check)
 		return nil
 	})
-	return rest
+	return rest, checkErr
 }
 
 // serveCachedFDs is serveCached with each probed request's file and held
 // descriptor.
-func serveCachedFDs(reqs []fs.ReadRequest, files []*File, fds []int, probe, mapped bool) []fs.ReadRequest {
+func serveCachedFDs(reqs []fs.ReadRequest, files []*File, fds []int, probe, mapped bool, check func(int) error) ([]fs.ReadRequest, error) {
 	now := time.Now().UnixNano()
+	var checkErr error
+	served := func(i int) {
+		if check != nil && checkErr == nil {
+			checkErr = check(i)
+		}
+	}
 	var rest []fs.ReadRequest
 	hits, misses := 0, 0
 	var hitBytes int64
@@ -128,6 +138,7 @@ func serveCachedFDs(reqs []fs.ReadRequest, files []*File, fds []int, probe, mapp
 				hits++
 				hitBytes += int64(len(q.Buf))
 				mappedReads.Add(1)
+				served(i)
 				continue
 			}
 		}
@@ -146,6 +157,7 @@ func serveCachedFDs(reqs []fs.ReadRequest, files []*File, fds []int, probe, mapp
 		if n == len(q.Buf) {
 			hits++
 			hitBytes += int64(n)
+			served(i)
 			continue
 		}
 		misses++
@@ -160,9 +172,9 @@ func serveCachedFDs(reqs []fs.ReadRequest, files []*File, fds []int, probe, mapp
 	cachedBytes.Add(hitBytes)
 	probeMisses.Add(int64(misses))
 	if hits == 0 && misses == 0 {
-		return reqs
+		return reqs, nil
 	}
-	return rest
+	return rest, checkErr
 }
 
 // residencyWindow is how much of a file CachedBytes maps at a time.
