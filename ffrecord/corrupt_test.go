@@ -10,7 +10,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/ffkit/ffkit/fs/localfs"
 	"github.com/ffkit/ffkit/internal/errkind"
 )
 
@@ -212,34 +211,4 @@ func TestLegacyCorruptOffsets(t *testing.T) {
 	})
 	_, err := openPath(p)
 	mustFail(t, err, ErrCorrupt, "sample 5", "backwards")
-}
-
-// A sample read from the page cache is verified right after its copy
-// (localfs's ReadBatchChecked, plan.checkRead), not in the pass after the
-// batch: a flipped byte there must still fail the batch, naming the sample,
-// and a batch of good samples that took that path must pass.
-func TestFlippedSampleByteCachedPath(t *testing.T) {
-	ctx := context.Background()
-	p := damaged(t, "small.ffr", func(b []byte) []byte { b[230] ^= 0x10; return b }) // sample 4
-	r, err := openPath(p)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer r.Close()
-	for _, batch := range [][]int64{{4}, {1, 4, 7}, {9, 4, 4, 0}} {
-		c0, _, _ := localfs.ReadCounts()
-		_, err = r.ReadBatch(ctx, batch)
-		c1, _, _ := localfs.ReadCounts()
-		if c1 == c0 {
-			t.Skip("no read was served from the page cache (FFKIT_NO_NOWAIT=1, or the kernel refuses RWF_NOWAIT)")
-		}
-		mustFail(t, err, ErrChecksum, "sample 4", "[212, 252)", p)
-		var se *SampleError
-		if !errors.As(err, &se) || se.Index != 4 {
-			t.Fatalf("batch %v: sample error %+v", batch, se)
-		}
-	}
-	if _, err := r.ReadBatch(ctx, []int64{0, 3, 5, 9, 3}); err != nil {
-		t.Fatalf("good samples: %v", err)
-	}
 }

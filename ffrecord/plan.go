@@ -30,9 +30,6 @@ type plan struct {
 	reqs    []fs.ReadRequest
 	scratch *[]byte
 	need    int64
-	// checked[i]: read i's samples were verified right after the read
-	// (batchReaderChecked), so verify skips them.
-	checked []bool
 }
 
 type slot struct {
@@ -210,9 +207,6 @@ func (p *plan) run(ctx context.Context, buf []byte) ([][]byte, error) {
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
 		}
-		if errors.Is(err, ErrChecksum) { // from checkRead: already precise
-			return nil, err
-		}
 		return nil, p.explain(ctx, err)
 	}
 	// Scatter merged and aligned reads into place.
@@ -263,20 +257,8 @@ func (p *plan) verify(buf []byte) error {
 		}
 		return nil
 	}
-	order := p.order
-	if p.checked != nil {
-		order = make([]int32, 0, len(p.order))
-		for i, rd := range p.reads {
-			if !p.checked[i] {
-				order = append(order, p.order[rd.first:rd.last]...)
-			}
-		}
-		if len(order) == 0 {
-			return nil
-		}
-	}
 	if p.need < verifyParallelBytes {
-		for _, si := range order {
+		for _, si := range p.order {
 			if err := check(si); err != nil {
 				return err
 			}
@@ -286,8 +268,8 @@ func (p *plan) verify(buf []byte) error {
 	var g errgroup.Group
 	g.SetLimit(4)
 	const chunk = 64
-	for i := 0; i < len(order); i += chunk {
-		part := order[i:min(i+chunk, len(order))]
+	for i := 0; i < len(p.order); i += chunk {
+		part := p.order[i:min(i+chunk, len(p.order))]
 		g.Go(func() error {
 			for _, si := range part {
 				if err := check(si); err != nil {
@@ -325,35 +307,6 @@ type batchReaderBudget interface {
 	ReadBatchBudget(ctx context.Context, reqs []fs.ReadRequest, parallelism int, budget *fs.Budget) error
 }
 
-// batchReaderChecked is an optional fs.FS capability: a batched read that
-// hands each read it served from the page cache to check right after its
-// copy, while the bytes are in the CPU's cache (localfs). Checking the CRCs
-// there rather than in a second pass over the whole batch (larger than
-// the CPU's cache at 256 samples of 8 KiB) saves reading the batch again.
-type batchReaderChecked interface {
-	ReadBatchChecked(ctx context.Context, reqs []fs.ReadRequest, parallelism int, budget *fs.Budget, check func(int) error) error
-}
-
-// checkRead verifies the CRCs of read i's samples in the bytes it read
-// (buf or scratch) and marks it checked.
-func (p *plan) checkRead(i int) error {
-	rd := &p.reads[i]
-	src := p.reqs[i].Buf
-	h := p.r.files[rd.file].h
-	for _, si := range p.order[rd.first:rd.last] {
-		s := &p.slots[si]
-		if s.dup >= 0 {
-			continue
-		}
-		b := src[s.off-rd.off : s.off-rd.off+s.len]
-		if got, want := crc32.Update(0, crcTable, b), h.crcs[s.local]; got != want {
-			return p.sampleErr(si, fmt.Errorf("%w: stored %08x, computed %08x%s", ErrChecksum, want, got, lastHint(h, s.local)))
-		}
-	}
-	p.checked[i] = true
-	return nil
-}
-
 // issue runs the reads, grouped per file system.
 func (p *plan) issue(ctx context.Context, reqs []fs.ReadRequest) error {
 	if len(reqs) == 0 {
@@ -369,10 +322,6 @@ func (p *plan) issue(ctx context.Context, reqs []fs.ReadRequest) error {
 		}
 	}
 	if same && fsys != nil {
-		if b, ok := fsys.(batchReaderChecked); ok && !r.opts.NoVerify {
-			p.checked = make([]bool, len(reqs))
-			return b.ReadBatchChecked(ctx, reqs, r.opts.Parallelism, r.budget, p.checkRead)
-		}
 		return readBatch(ctx, fsys, reqs, r.opts.Parallelism, r.budget)
 	}
 	// Mixed file systems, or files without one: group and run each.

@@ -44,12 +44,6 @@ func (s *stallFS) ReadBatchN(ctx context.Context, reqs []fs.ReadRequest, _ int) 
 	return s.ReadBatch(ctx, reqs)
 }
 
-// ReadBatchChecked shadows localfs's capability too (it calls no check:
-// ffrecord then verifies after the batch).
-func (s *stallFS) ReadBatchChecked(ctx context.Context, reqs []fs.ReadRequest, _ int, _ *fs.Budget, _ func(int) error) error {
-	return s.ReadBatch(ctx, reqs)
-}
-
 func TestWatchdogNamesStuckStageAndFile(t *testing.T) {
 	dir := makeDataset(t, t.TempDir(), "a", 400, 2)
 	url := "stalltest://x" + dir

@@ -246,28 +246,13 @@ func (l *FS) ReadBatchN(ctx context.Context, reqs []fs.ReadRequest, par int) err
 // Reads served from the page cache (nowait.go) take no token: they are
 // copies on the calling goroutine, never in the device's queue.
 func (l *FS) ReadBatchBudget(ctx context.Context, reqs []fs.ReadRequest, par int, budget *fs.Budget) error {
-	return l.ReadBatchChecked(ctx, reqs, par, budget, nil)
-}
-
-// ReadBatchChecked is ReadBatchBudget that also calls check(i) for each
-// request i served from the page cache, on the calling goroutine right
-// after its copy, while its bytes are still in the CPU's cache (a reader
-// verifies a checksum there rather than in a second pass over the whole
-// batch). The first error check returns fails the batch, as is. Requests
-// read otherwise (io_uring, goroutines) are not passed to check: the
-// caller checks those after the batch.
-func (l *FS) ReadBatchChecked(ctx context.Context, reqs []fs.ReadRequest, par int, budget *fs.Budget, check func(int) error) error {
 	if len(reqs) == 0 {
 		return nil
 	}
 	if par <= 0 {
 		par = 64
 	}
-	reqs, err := l.serveCached(reqs, check)
-	if err != nil {
-		return err
-	}
-	if len(reqs) == 0 {
+	if reqs = l.serveCached(reqs); len(reqs) == 0 {
 		return nil
 	}
 	if !l.NoURing && uringOK() && !noURingEnv {

@@ -85,14 +85,11 @@ func preadNowait(fd int, buf []byte, off int64) (int, syscall.Errno) {
 // when it served nothing, and nil when it served everything. The caller's
 // slice is not modified. The probe reads through descriptors held open for
 // the batch (hold.go).
-// check, if not nil, is called with the index of each request served, right
-// after its copy (its bytes still in the CPU's cache); its first error is
-// returned, and the requests not yet served are returned all the same.
-func (l *FS) serveCached(reqs []fs.ReadRequest, check func(int) error) ([]fs.ReadRequest, error) {
+func (l *FS) serveCached(reqs []fs.ReadRequest) []fs.ReadRequest {
 	probe := !l.NoNowait && !noNowaitEnv && !nowaitOff.Load()
 	mapped := l.Mmap || mmapEnv
 	if !probe && !mapped {
-		return reqs, nil
+		return reqs
 	}
 	EnsureProcs()
 	files := make([]*File, len(reqs))
@@ -103,24 +100,17 @@ func (l *FS) serveCached(reqs []fs.ReadRequest, check func(int) error) ([]fs.Rea
 		}
 	}
 	rest := reqs
-	var checkErr error
 	withFDs(files, func(fds []int) error { // a closed file: the other paths report it
-		rest, checkErr = serveCachedFDs(reqs, files, fds, probe, mapped, check)
+		rest = serveCachedFDs(reqs, files, fds, probe, mapped)
 		return nil
 	})
-	return rest, checkErr
+	return rest
 }
 
 // serveCachedFDs is serveCached with each probed request's file and held
 // descriptor.
-func serveCachedFDs(reqs []fs.ReadRequest, files []*File, fds []int, probe, mapped bool, check func(int) error) ([]fs.ReadRequest, error) {
+func serveCachedFDs(reqs []fs.ReadRequest, files []*File, fds []int, probe, mapped bool) []fs.ReadRequest {
 	now := time.Now().UnixNano()
-	var checkErr error
-	served := func(i int) {
-		if check != nil && checkErr == nil {
-			checkErr = check(i)
-		}
-	}
 	var rest []fs.ReadRequest
 	hits, misses := 0, 0
 	var hitBytes int64
@@ -138,7 +128,6 @@ func serveCachedFDs(reqs []fs.ReadRequest, files []*File, fds []int, probe, mapp
 				hits++
 				hitBytes += int64(len(q.Buf))
 				mappedReads.Add(1)
-				served(i)
 				continue
 			}
 		}
@@ -157,7 +146,6 @@ func serveCachedFDs(reqs []fs.ReadRequest, files []*File, fds []int, probe, mapp
 		if n == len(q.Buf) {
 			hits++
 			hitBytes += int64(n)
-			served(i)
 			continue
 		}
 		misses++
@@ -172,9 +160,9 @@ func serveCachedFDs(reqs []fs.ReadRequest, files []*File, fds []int, probe, mapp
 	cachedBytes.Add(hitBytes)
 	probeMisses.Add(int64(misses))
 	if hits == 0 && misses == 0 {
-		return reqs, nil
+		return reqs
 	}
-	return rest, checkErr
+	return rest
 }
 
 // residencyWindow is how much of a file CachedBytes maps at a time.
