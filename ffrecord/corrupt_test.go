@@ -212,3 +212,31 @@ func TestLegacyCorruptOffsets(t *testing.T) {
 	_, err := openPath(p)
 	mustFail(t, err, ErrCorrupt, "sample 5", "backwards")
 }
+
+// StoredCRC gives what Checksum of a sample's bytes must be (bench read's
+// pread baseline checks samples with it), and a flipped byte shows.
+func TestStoredCRC(t *testing.T) {
+	ctx := context.Background()
+	p := damaged(t, "small.ffr", func(b []byte) []byte { b[230] ^= 0x10; return b }) // sample 4
+	r, err := Open(ctx, []string{p}, ReadOptions{NoVerify: true, Warn: func(string) {}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	for i := range r.N() {
+		b, err := r.ReadOne(ctx, i)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want, err := r.StoredCRC(i)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := Checksum(b); (got == want) != (i != 4) {
+			t.Fatalf("sample %d: stored %08x, computed %08x", i, want, got)
+		}
+	}
+	if _, err := r.StoredCRC(r.N()); err == nil {
+		t.Fatal("StoredCRC past the end: no error")
+	}
+}

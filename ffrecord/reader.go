@@ -318,6 +318,17 @@ func (r *Reader) Locate(i int64) (file int, off, length int64, err error) {
 	return k, h.offsets[l], h.end(l) - h.offsets[l], nil
 }
 
+// StoredCRC returns the CRC-32 the file stores for sample i (what
+// Checksum of its bytes must give), for readers that read samples
+// themselves.
+func (r *Reader) StoredCRC(i int64) (uint32, error) {
+	k, l, err := r.fileOf(i)
+	if err != nil {
+		return 0, err
+	}
+	return r.files[k].h.crcs[l], nil
+}
+
 // BatchSize returns the total bytes of the samples (duplicates counted
 // each time): the buffer size ReadBatchInto needs.
 func (r *Reader) BatchSize(indices []int64) (int64, error) {
