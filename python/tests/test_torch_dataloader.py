@@ -1,6 +1,7 @@
 """ffkit.torch.DataLoader: reads in the main process, transforms in worker
 processes; the batches and their order do not depend on the worker count."""
 import os
+import time
 
 import numpy as np
 import pytest
@@ -291,6 +292,12 @@ def test_idle_workers_serve_the_next_dataloader(gen, monkeypatch):
     # Idle workers exit by themselves after ft._IDLE_S; the next DataLoader
     # then forks new ones.
     monkeypatch.setattr(ft, "_IDLE_S", 0.2)
+    # The pooled sets must be past the reuse bound (_IDLE_S / 2) first: on a
+    # quiet machine the closure's run ends within 0.1 s of the pooling.
+    with ft._pool_lock:
+        newest = max((since for sets in ft._pool.values() for since, _ in sets), default=0.0)
+    while time.monotonic() - newest < ft._IDLE_S:
+        time.sleep(0.01)
     (fresh,) = run(_whoami)  # workers forked after the change, so they see it
     assert {p for p, _ in fresh}.isdisjoint({p for p, _ in first})
     pooled = [ws for sets in ft._pool.values() for _, ws in sets for p, *_ in ws
