@@ -690,26 +690,28 @@ func (c *Client) ReadChunks(ctx context.Context, reads []ChunkRead) error {
 	})
 }
 
-// localFailed reports whether a span not read yet failed its local read
-// in the last attempt, and clears the marks.
-func localFailed(spans []*span) bool {
-	failed := false
+// takeMark reports whether a span not read yet has the mark that flag
+// selects (set in the last attempt), and clears the mark on every span.
+func takeMark(spans []*span, flag func(*span) *bool) bool {
+	marked := false
 	for _, sp := range spans {
-		failed = failed || sp.localFailed && !sp.done
-		sp.localFailed = false
+		f := flag(sp)
+		marked = marked || *f && !sp.done
+		*f = false
 	}
-	return failed
+	return marked
 }
 
-// justHedged reports whether a span not read yet was hedged in the last
-// attempt, and clears the marks.
+// localFailed: a span not read yet failed its local read in the last
+// attempt (the marks are cleared).
+func localFailed(spans []*span) bool {
+	return takeMark(spans, func(sp *span) *bool { return &sp.localFailed })
+}
+
+// justHedged: a span not read yet was hedged in the last attempt (the
+// marks are cleared).
 func justHedged(spans []*span) bool {
-	h := false
-	for _, sp := range spans {
-		h = h || sp.justHedged && !sp.done
-		sp.justHedged = false
-	}
-	return h
+	return takeMark(spans, func(sp *span) *bool { return &sp.justHedged })
 }
 
 func cmpU(a, b uint64) int {
