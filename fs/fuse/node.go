@@ -715,6 +715,22 @@ func beingWritten(c *gofs.Inode) bool {
 	return cn.seq != nil
 }
 
+// renamePaths: the paths of a rename's two names, and the new parent
+// (EXDEV when it is not a node of this mount).
+func (n *node) renamePaths(name string, newParent gofs.InodeEmbedder, newName string) (np *node, oldp, newp string, errno syscall.Errno) {
+	np, ok := newParent.(*node)
+	if !ok {
+		return nil, "", "", syscall.EXDEV
+	}
+	if oldp, errno = n.childPath(name); errno != 0 {
+		return nil, "", "", errno
+	}
+	if newp, errno = np.childPath(newName); errno != 0 {
+		return nil, "", "", errno
+	}
+	return np, oldp, newp, 0
+}
+
 func (n *node) Rename(_ context.Context, name string, newParent gofs.InodeEmbedder, newName string, flags uint32) syscall.Errno {
 	if n.srv.opts.ReadOnly {
 		return syscall.EROFS
@@ -727,15 +743,7 @@ func (n *node) Rename(_ context.Context, name string, newParent gofs.InodeEmbedd
 		}
 		return n.exchange(rf, name, newParent, newName)
 	}
-	np, ok := newParent.(*node)
-	if !ok {
-		return syscall.EXDEV
-	}
-	oldp, errno := n.childPath(name)
-	if errno != 0 {
-		return errno
-	}
-	newp, errno := np.childPath(newName)
+	_, oldp, newp, errno := n.renamePaths(name, newParent, newName)
 	if errno != 0 {
 		return errno
 	}

@@ -196,15 +196,7 @@ func (n *node) Link(_ context.Context, target gofs.InodeEmbedder, name string, o
 
 // exchange is rename(2) with RENAME_EXCHANGE.
 func (n *node) exchange(rf fs.RenameFlagger, name string, newParent gofs.InodeEmbedder, newName string) syscall.Errno {
-	np, ok := newParent.(*node)
-	if !ok {
-		return syscall.EXDEV
-	}
-	oldp, errno := n.childPath(name)
-	if errno != 0 {
-		return errno
-	}
-	newp, errno := np.childPath(newName)
+	np, oldp, newp, errno := n.renamePaths(name, newParent, newName)
 	if errno != 0 {
 		return errno
 	}
