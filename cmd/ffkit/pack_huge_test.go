@@ -4,12 +4,12 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"testing"
 
 	"github.com/ffkit/ffkit/ffrecord"
+	"github.com/ffkit/ffkit/internal/sparsesample"
 )
 
 // Samples of 1 GiB and 4 GiB + 1 pack onto the cluster with the CLI,
@@ -28,16 +28,9 @@ func TestCLIPackHugeSamplesCluster(t *testing.T) {
 			os.MkdirAll(src, 0o755)
 			os.WriteFile(filepath.Join(src, "a-small"), []byte("before"), 0o644)
 			os.WriteFile(filepath.Join(src, "c-small"), []byte("after"), 0o644)
-			f, err := os.Create(filepath.Join(src, "b-huge")) // sparse, with marks
-			if err != nil {
+			if err := sparsesample.Write(filepath.Join(src, "b-huge"), size); err != nil {
 				t.Fatal(err)
 			}
-			marks := map[int64][]byte{0: []byte("start"), size / 2: []byte("middle"), size - 3: []byte("end")}
-			for off, m := range marks {
-				f.WriteAt(m, off)
-			}
-			f.Truncate(size)
-			f.Close()
 			ds := fmt.Sprintf("%s/huge-%d", u.url, size)
 			u.must(t, "pack", src, "-o", ds, "--shard-size", "64M")
 			u.must(t, "verify", ds)
@@ -61,23 +54,8 @@ func TestCLIPackHugeSamplesCluster(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer of.Close()
-			buf := make([]byte, 8<<20)
-			for pos := int64(0); pos < size; pos += int64(len(buf)) {
-				n := min(int64(len(buf)), size-pos)
-				if _, err := io.ReadFull(io.NewSectionReader(of, h.off+pos, n), buf[:n]); err != nil {
-					t.Fatal(err)
-				}
-				want := make([]byte, n)
-				for moff, m := range marks {
-					for j := range int64(len(m)) {
-						if at := moff + j; at >= pos && at < pos+n {
-							want[at-pos] = m[j]
-						}
-					}
-				}
-				if !bytes.Equal(buf[:n], want) {
-					t.Fatalf("bytes [%d, %d) of the huge sample differ", pos, pos+n)
-				}
+			if err := sparsesample.Check(of, h.off, size); err != nil {
+				t.Fatal(err)
 			}
 		})
 	}
