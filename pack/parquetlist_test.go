@@ -348,21 +348,7 @@ func TestParquetListFallsBack(t *testing.T) {
 	if err := os.WriteFile(p, b, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	out := filepath.Join(dir, "corrupt-out")
-	s, err := Open(ctx, p, Options{Column: "v"})
-	if err == nil {
-		if _, ok := s.(Listed); ok {
-			t.Fatal("a column with a corrupt length is listed")
-		}
-		_, err = Pack(ctx, s, out, Config{})
-		s.Close()
-	}
-	if err == nil {
-		t.Fatal("a corrupt value length packed")
-	}
-	if _, serr := os.Stat(out); serr == nil {
-		t.Fatalf("a failed pack (%v) left %s", err, out)
-	}
+	packFailsUnlisted(t, p, filepath.Join(dir, "corrupt-out"), "a column with a corrupt length")
 
 	// The same in a snappy page: the listing of the corrupt stream (its
 	// literal lengths no longer add up) fails, the walk fails the pack.
@@ -381,17 +367,23 @@ func TestParquetListFallsBack(t *testing.T) {
 	if err := os.WriteFile(p, b, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	out = filepath.Join(dir, "corrupt-snappy-out")
-	s, err = Open(ctx, p, Options{Column: "v"})
+	packFailsUnlisted(t, p, filepath.Join(dir, "corrupt-snappy-out"), "a snappy column with a corrupt length")
+}
+
+// packFailsUnlisted: column v of the Parquet file p is not listed, its
+// pack to out fails, and nothing is left at out.
+func packFailsUnlisted(t *testing.T, p, out, what string) {
+	t.Helper()
+	s, err := Open(context.Background(), p, Options{Column: "v"})
 	if err == nil {
 		if _, ok := s.(Listed); ok {
-			t.Fatal("a snappy column with a corrupt length is listed")
+			t.Fatalf("%s is listed", what)
 		}
-		_, err = Pack(ctx, s, out, Config{})
+		_, err = Pack(context.Background(), s, out, Config{})
 		s.Close()
 	}
 	if err == nil {
-		t.Fatal("a corrupt value length packed")
+		t.Fatalf("%s packed", what)
 	}
 	if _, serr := os.Stat(out); serr == nil {
 		t.Fatalf("a failed pack (%v) left %s", err, out)
