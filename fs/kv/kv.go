@@ -89,3 +89,14 @@ func PrefixEnd(p []byte) []byte {
 	}
 	return nil
 }
+
+// Prefetcher is implemented by transactions (read-only or read-write) that
+// can read many keys in one round trip. Prefetch reads keys at the
+// transaction's snapshot (its own writes overlaid) and returns each
+// one's value and presence; it records no conflicts, but a later Get or
+// SnapshotGet of a prefetched key reads the same value without a round
+// trip and records conflicts as usual. It is an optimisation only:
+// callers must mean the same with or without it.
+type Prefetcher interface {
+	Prefetch(ctx context.Context, keys [][]byte) (values [][]byte, ok []bool, err error)
+}

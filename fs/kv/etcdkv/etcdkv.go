@@ -365,6 +365,102 @@ func (t *txn) read(ctx context.Context, key string, opts ...clientv3.OpOption) (
 	return resp, err
 }
 
+// prefetchBatch bounds the reads of one prefetch round trip (an external
+// etcd accepts 128 operations per transaction by default).
+const prefetchBatch = 128
+
+var _ kv.Prefetcher = (*txn)(nil)
+
+// Prefetch reads the keys not yet read in one etcd transaction of plain
+// Gets (several for more than prefetchBatch keys) at the read revision
+// (the first read of the transaction fixes it, as read does), and keeps
+// them as point reads are kept. A transaction of Gets only is served
+// like a Range: from the member's state when its Gets are serializable.
+func (t *txn) Prefetch(ctx context.Context, keys [][]byte) ([][]byte, []bool, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, nil, err
+	}
+	vals, oks := make([][]byte, len(keys)), make([]bool, len(keys))
+	var need []string
+	var seen map[string]bool
+	for _, k := range keys {
+		if _, _, found := t.buf.Lookup(k); found {
+			continue
+		}
+		if _, cached := t.got[string(k)]; cached || seen[string(k)] {
+			continue
+		}
+		if seen == nil {
+			seen = map[string]bool{}
+		}
+		seen[string(k)] = true
+		need = append(need, string(k))
+	}
+	for len(need) > 0 {
+		n := min(len(need), prefetchBatch)
+		if err := t.prefetchOnce(ctx, need[:n]); err != nil {
+			return nil, nil, err
+		}
+		need = need[n:]
+	}
+	for i, k := range keys {
+		if v, ok, found := t.buf.Lookup(k); found {
+			vals[i], oks[i] = v, ok
+			continue
+		}
+		g := t.got[string(k)]
+		vals[i], oks[i] = g.val, g.ok
+	}
+	return vals, oks, nil
+}
+
+func (t *txn) prefetchOnce(ctx context.Context, keys []string) error {
+	var opts []clientv3.OpOption
+	if t.rev != 0 {
+		opts = append(opts, clientv3.WithRev(t.rev), clientv3.WithSerializable())
+	} else if t.s.serializable {
+		opts = append(opts, clientv3.WithSerializable())
+	}
+	ops := make([]clientv3.Op, len(keys))
+	for i, k := range keys {
+		ops[i] = clientv3.OpGet(k, opts...)
+	}
+	resp, err := t.s.kv.Txn(ctx).Then(ops...).Commit()
+	if errors.Is(err, rpctypes.ErrFutureRev) && t.rev != 0 {
+		for i, k := range keys {
+			ops[i] = clientv3.OpGet(k, clientv3.WithRev(t.rev))
+		}
+		resp, err = t.s.kv.Txn(ctx).Then(ops...).Commit()
+	}
+	if err != nil {
+		return mapErr(ctx, "prefetch", err)
+	}
+	if len(resp.Responses) != len(keys) {
+		return fmt.Errorf("%w: etcdkv: prefetch of %d keys answered %d", kv.ErrUnavailable, len(keys), len(resp.Responses))
+	}
+	if t.rev == 0 {
+		t.rev = resp.Header.Revision
+	}
+	if t.got == nil {
+		t.got = make(map[string]gotKey, len(keys))
+	}
+	for i, k := range keys {
+		r := resp.Responses[i].GetResponseRange()
+		if r == nil {
+			return fmt.Errorf("%w: etcdkv: prefetch of %q: not a range response", kv.ErrUnavailable, k)
+		}
+		var g gotKey
+		if g.ok = len(r.Kvs) > 0; g.ok {
+			g.val, g.mod = r.Kvs[0].Value, r.Kvs[0].ModRevision
+			if g.val == nil {
+				g.val = []byte{}
+			}
+		}
+		t.got[k] = g
+	}
+	return nil
+}
+
 func (t *txn) commit(ctx context.Context) error {
 	if t.buf.Empty() {
 		return nil

@@ -53,6 +53,7 @@ func Run(t *testing.T, s kv.Store, opts Options) {
 	run("SnapshotView", testSnapshotView)
 	run("GetConflict", testGetConflict)
 	run("SnapshotGetNoConflict", testSnapshotGetNoConflict)
+	run("Prefetch", testPrefetch)
 	run("RangeConflict", testRangeConflict)
 	run("LimitedRangeConflict", testLimitedRangeConflict)
 	run("BlindWritesNoConflict", testBlindWrites)
@@ -473,6 +474,76 @@ func testSnapshotGetNoConflict(t *testing.T, s kv.Store, p prefix) {
 	})
 	if n != 1 {
 		t.Fatalf("snapshot reads caused %d runs, want 1", n)
+	}
+}
+
+// testPrefetch: a backend whose transactions prefetch returns the
+// snapshot's values with the transaction's own writes overlaid, records
+// no conflict for a prefetched key, and a later Get of it still does.
+func testPrefetch(t *testing.T, s kv.Store, p prefix) {
+	set(t, s, p.k("a"), []byte("1"), p.k("b"), []byte("2"))
+	ctx := context.Background()
+	var done, isPrefetcher bool
+	n := attempts(t, s, func(ctx context.Context, tx kv.Txn) error {
+		pf, ok := tx.(kv.Prefetcher)
+		if isPrefetcher = ok; !ok {
+			return nil
+		}
+		tx.Set(p.k("b"), []byte("own"))
+		keys := [][]byte{p.k("a"), p.k("b"), p.k("none"), p.k("a")}
+		vals, oks, err := pf.Prefetch(ctx, keys)
+		if err != nil {
+			return err
+		}
+		if got := fmt.Sprintf("%s %v %s %v %q %v %s %v", vals[0], oks[0], vals[1], oks[1], vals[2], oks[2], vals[3], oks[3]); got != `1 true own true "" false 1 true` {
+			return fmt.Errorf("prefetch: got %s", got)
+		}
+		interfere(t, s, &done, func(tx kv.Txn) { tx.Set(p.k("a"), []byte("3")) })
+		tx.Set(p.k("c"), []byte("x"))
+		return nil
+	})
+	if !isPrefetcher {
+		t.Skip("the backend's transactions do not prefetch")
+	}
+	if n != 1 {
+		t.Fatalf("prefetched keys caused %d runs, want 1 (no conflict)", n)
+	}
+	// A Get after the prefetch records the conflict.
+	done = false
+	var seen []string
+	n = attempts(t, s, func(ctx context.Context, tx kv.Txn) error {
+		if _, _, err := tx.(kv.Prefetcher).Prefetch(ctx, [][]byte{p.k("a")}); err != nil {
+			return err
+		}
+		interfere(t, s, &done, func(tx kv.Txn) { tx.Set(p.k("a"), []byte("4")) })
+		v, _, err := tx.Get(ctx, p.k("a"))
+		if err != nil {
+			return err
+		}
+		seen = append(seen, string(v))
+		tx.Set(p.k("d"), v)
+		return nil
+	})
+	if n != 2 || fmt.Sprint(seen) != "[3 4]" {
+		t.Fatalf("Get after a prefetch: ran %d times seeing %v; want a retry that sees the new value", n, seen)
+	}
+	// Read-only transactions prefetch the same snapshot.
+	err := s.View(ctx, func(tx kv.ReadTxn) error {
+		pf, ok := tx.(kv.Prefetcher)
+		if !ok {
+			return nil
+		}
+		vals, oks, err := pf.Prefetch(ctx, [][]byte{p.k("d"), p.k("none")})
+		if err != nil {
+			return err
+		}
+		if string(vals[0]) != "4" || !oks[0] || oks[1] {
+			return fmt.Errorf("view prefetch: %q %v %v", vals[0], oks[0], oks[1])
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
 	}
 }
 
