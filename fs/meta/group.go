@@ -42,12 +42,13 @@ const (
 )
 
 type groupOp struct {
-	ctx  context.Context
-	req  string
-	fn   func(tx kv.Txn) (any, error)
-	res  []byte
-	err  error
-	done chan struct{}
+	ctx   context.Context
+	req   string
+	comps []string // the path it works on (what to prefetch)
+	fn    func(tx kv.Txn) (any, error)
+	res   []byte
+	err   error
+	done  chan struct{}
 }
 
 type grouper struct {
@@ -68,11 +69,12 @@ var errGroupOpFailed = errors.New("meta: an operation of the group failed")
 
 // withIdemGrouped is withIdem for operations that may share a
 // transaction with concurrent ones (see the comment above).
-func (s *Service) withIdemGrouped(ctx context.Context, req string, fn func(tx kv.Txn) (any, error), out any) error {
+// comps is the operation's path (its reads are prefetched, prefetch.go).
+func (s *Service) withIdemGrouped(ctx context.Context, req string, comps []string, fn func(tx kv.Txn) (any, error), out any) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	op := &groupOp{ctx: ctx, req: req, fn: fn, done: make(chan struct{})}
+	op := &groupOp{ctx: ctx, req: req, comps: comps, fn: fn, done: make(chan struct{})}
 	g := &s.group
 	g.mu.Lock()
 	g.queue = append(g.queue, op)
@@ -160,6 +162,7 @@ func (s *Service) commitGroup(ops []*groupOp) {
 			for _, op := range live {
 				var res []byte
 				err := s.store.Update(op.ctx, func(tx kv.Txn) error {
+					s.prefetchPaths(op.ctx, tx, []pathRead{{op.comps, op.req}})
 					var err error
 					res, err = idemRun(op.ctx, tx, op.req, op.fn)
 					return err
@@ -176,9 +179,14 @@ func (s *Service) commitGroup(ops []*groupOp) {
 		results := make([][]byte, len(live))
 		errs := make([]error, len(live))
 		failed, ferr := -1, error(nil)
+		reads := make([]pathRead, len(live))
+		for i, op := range live {
+			reads[i] = pathRead{op.comps, op.req}
+		}
 		err := s.store.Update(ctx, func(tx kv.Txn) error {
 			failed, ferr = -1, nil
 			clear(errs)
+			s.prefetchPaths(ctx, tx, reads)
 			for i, op := range live {
 				w := &writeCounter{Txn: tx}
 				res, err := idemRun(op.ctx, w, op.req, op.fn)

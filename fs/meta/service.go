@@ -43,7 +43,7 @@ type Options struct {
 }
 
 // Service is the metadata logic over a kv.Store. It keeps no state of its
-// own beyond a block of pre-allocated inode ids, so any number of Services
+// own beyond a block of pre-allocated inode ids (and hints, prefetch.go), so any number of Services
 // (one per metadata server) work on one store at once. Safe for concurrent use.
 type Service struct {
 	opts  Options
@@ -56,7 +56,8 @@ type Service struct {
 	gcMu     sync.Mutex
 	gcCursor map[string][]byte // guarded by gcMu: where the collector's scans resume
 
-	group grouper // creates and removes committed together (group.go)
+	group   grouper    // creates and removes committed together (group.go)
+	guesses dirGuesses // directories' inode ids, a hint for prefetching (prefetch.go)
 
 	gcYields   atomic.Int64  // times the collector waited for foreground operations
 	gcYieldMax time.Duration // 0: gcYieldMax (tests set it longer)
@@ -405,6 +406,7 @@ func (s *Service) Stat(ctx context.Context, path string) (*Inode, error) {
 	}
 	var n *Inode
 	err = s.store.View(ctx, func(tx kv.ReadTxn) error {
+		s.prefetchPaths(ctx, tx, []pathRead{{comps: comps}})
 		id, _, err := walk(ctx, tx, path, comps)
 		if err != nil {
 			return err
@@ -612,13 +614,16 @@ func (s *Service) create(ctx context.Context, req, path string, exclusive bool, 
 	if sid == "" {
 		result = &plain
 	}
-	err = s.withIdemGrouped(ctx, req, func(tx kv.Txn) (any, error) {
+	var named []byte // the entry's key, a guess for later walks (prefetch.go)
+	err = s.withIdemGrouped(ctx, req, comps, func(tx kv.Txn) (any, error) {
+		named = nil
 		parent, err := parentInode(ctx, tx, path, comps)
 		if err != nil {
 			return nil, err
 		}
 		pid := parent.ID
 		name := comps[len(comps)-1]
+		named = dentryKey(pid, name)
 		var de Dentry
 		ok, err := getDentry(ctx, tx, dentryKey(pid, name), &de)
 		if err != nil {
@@ -660,6 +665,13 @@ func (s *Service) create(ctx context.Context, req, path string, exclusive bool, 
 	}, result)
 	if err != nil {
 		return nil, "", err
+	}
+	made := &plain
+	if sid != "" {
+		made = out.Inode
+	}
+	if made != nil && made.ID != 0 && named != nil {
+		s.guesses.put(named, made.ID)
 	}
 	if sid == "" {
 		return &plain, "", nil
@@ -715,7 +727,7 @@ func (s *Service) Remove(ctx context.Context, req, path string) error {
 	if len(comps) == 0 {
 		return merr(ErrInvalid, "meta: remove /")
 	}
-	return s.withIdemGrouped(ctx, req, func(tx kv.Txn) (any, error) {
+	return s.withIdemGrouped(ctx, req, comps, func(tx kv.Txn) (any, error) {
 		pid, name, de, err := lookupEntry(ctx, tx, "remove", path, comps)
 		if err != nil {
 			return nil, err
