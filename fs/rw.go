@@ -83,6 +83,13 @@ type EmptyCreator interface {
 	CreateEmpty(ctx context.Context, name string, exclusive bool) error
 }
 
+// EmptyCreatorInfo is an EmptyCreator that also returns the file it
+// created (or found, without exclusive) as Stat would right after, so a
+// mount needs no Stat to learn its times.
+type EmptyCreatorInfo interface {
+	CreateEmptyInfo(ctx context.Context, name string, exclusive bool) (FileInfo, error)
+}
+
 // StatFSer is an FS that reports its capacity (for statfs(2), df).
 type StatFSer interface {
 	// StatFS reports the capacity of the storage holding name.

@@ -62,6 +62,20 @@ func (f *FS) CreateEmpty(ctx context.Context, name string, exclusive bool) error
 	return wrap("create", f.String()+p, err)
 }
 
+var _ fs.EmptyCreatorInfo = (*FS)(nil)
+
+// CreateEmptyInfo is CreateEmpty returning the file as Stat does.
+func (f *FS) CreateEmptyInfo(ctx context.Context, name string, exclusive bool) (fs.FileInfo, error) {
+	p := abs(name)
+	n, err := f.meta.Create(ctx, p, exclusive)
+	if err != nil {
+		return fs.FileInfo{}, wrap("create", f.String()+p, err)
+	}
+	fi := info(p, n)
+	fi.Sys = n
+	return fi, nil
+}
+
 // Truncate sets the length of name (it fails with meta.ErrBusy while
 // another writer has the file open and the length would shrink).
 func (f *FS) Truncate(ctx context.Context, name string, size int64) error {

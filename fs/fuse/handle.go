@@ -260,7 +260,11 @@ func (n *node) releaseWrite() syscall.Errno {
 		return werr
 	})
 	if err == nil {
-		n.keepTimes(wrote) // before anyone waiting for the close looks
+		var known time.Time
+		if a, ok := wf.(*asyncWrite); ok {
+			known = a.createdTime()
+		}
+		n.keepTimes(wrote, known) // before anyone waiting for the close looks
 	}
 	n.closed()
 	n.mu.Lock()
@@ -599,7 +603,7 @@ func (h *seqHandle) publish() syscall.Errno {
 	h.n.epoch++
 	h.n.mu.Unlock()
 	if err == nil {
-		h.n.keepTimes(wrote)
+		h.n.keepTimes(wrote, time.Time{})
 	}
 	h.n.closed()
 	return s.errno(err)

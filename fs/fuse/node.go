@@ -301,13 +301,15 @@ func (n *node) reportAt(st fs.FileInfo, e uint64, check bool) (fs.FileInfo, bool
 // keepTimes runs when this mount's last writer of the node has closed it
 // (and the close has reached the storage): wrote is the time of its last
 // write (zero if it wrote nothing). It reads the storage's time now, so
-// that report keeps showing wrote while the file stays as it is.
-func (n *node) keepTimes(wrote time.Time) {
+// that report keeps showing wrote while the file stays as it is. known,
+// if not zero, is the storage's time already (a file created and not
+// written since): no Stat then.
+func (n *node) keepTimes(wrote, known time.Time) {
 	if wrote.IsZero() {
 		return
 	}
-	var storage time.Time
-	if p, errno := n.path(); errno == 0 {
+	storage := known
+	if p, errno := n.path(); errno == 0 && storage.IsZero() {
 		ctx, cancel := n.srv.opContext()
 		if st, err := n.srv.backend.Stat(ctx, p); err == nil {
 			storage = st.ModTime

@@ -182,6 +182,9 @@ type asyncWrite struct {
 	n     *node
 	ready chan struct{} // closed when the create ended (err set)
 	err   error         // the create's
+	// created: the file's modification time in the storage as the create
+	// returned it (fs.EmptyCreatorInfo; zero: not known), set before ready.
+	created time.Time
 
 	mu sync.Mutex
 	wf fs.WriteFile // guarded by mu; nil until opened
@@ -213,6 +216,17 @@ func (a *asyncWrite) file() (fs.WriteFile, error) {
 	}
 	a.wf = wf
 	return wf, nil
+}
+
+// createdTime is the storage's modification time of a file created and
+// never opened for writing (zero: unknown or since written), which a
+// release needs no Stat to learn.
+func (a *asyncWrite) createdTime() time.Time {
+	<-a.ready
+	if a.err != nil || a.opened() != nil {
+		return time.Time{}
+	}
+	return a.created
 }
 
 // opened is the write file if it is open.
@@ -329,7 +343,11 @@ func (s *Server) createAsync(ctx context.Context, cn *node, p string, oflag int)
 		defer s.wg.Done()
 		defer done()
 		defer cancel()
-		if ec != nil {
+		if eci, ok := s.backend.(fs.EmptyCreatorInfo); ok {
+			var fi fs.FileInfo
+			fi, a.err = eci.CreateEmptyInfo(bg, p, oflag&fs.OExcl != 0)
+			a.created = fi.ModTime
+		} else if ec != nil {
 			a.err = ec.CreateEmpty(bg, p, oflag&fs.OExcl != 0)
 		} else {
 			wf, err := s.rw.OpenWrite(bg, p, oflag)
