@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ffkit/ffkit/fs"
 	"github.com/ffkit/ffkit/fs/kv"
 	"github.com/ffkit/ffkit/fs/kv/memkv"
 )
@@ -130,6 +131,23 @@ func TestPrefetchRoundTrips(t *testing.T) {
 	// Before: 6 (the request id, 3 entries, the parent, the new name).
 	trips("create", 1, func() error { _, err := s.Create(ctx, "r1", "/a/b/c/f1", true, nil); return err })
 	trips("remove", 2, func() error { return s.Remove(ctx, "r2", "/a/b/c/f0") })
+	// A small directory's listing reads its owned files' inodes (for
+	// their layouts) together. Before: 13 (3 entries, the range, 8 inodes, the first read).
+	if _, err := s.Mkdir(ctx, "", "/a/b/c/o", false, nil); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 8; i++ {
+		if _, err := s.Create(ctx, "", fmt.Sprintf("/a/b/c/o/f%d", i), true, &fs.Owner{Perm: 0o644, Uid: 1, Gid: 1}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	trips("list", 3, func() error {
+		es, err := s.Readdir(ctx, "/a/b/c/o")
+		if err == nil && (len(es) != 8 || es[0].Layout == nil) {
+			err = fmt.Errorf("listing: %d entries, first %+v", len(es), es[0])
+		}
+		return err
+	})
 
 	// 16 creates in 4 directories queued behind a held commit: one group.
 	for i := 0; i < 4; i++ {

@@ -43,8 +43,9 @@ type Options struct {
 }
 
 // Service is the metadata logic over a kv.Store. It keeps no state of its
-// own beyond a block of pre-allocated inode ids (and hints, prefetch.go), so any number of Services
-// (one per metadata server) work on one store at once. Safe for concurrent use.
+// own beyond a block of pre-allocated inode ids (and hints, prefetch.go),
+// so any number of Services (one per metadata server) work on one store
+// at once. Safe for concurrent use.
 type Service struct {
 	opts  Options
 	store kv.Store
@@ -441,6 +442,7 @@ func (s *Service) Readdir(ctx context.Context, path string) ([]Entry, error) {
 	var out []Entry
 	err = s.store.View(ctx, func(tx kv.ReadTxn) error {
 		out = nil
+		s.prefetchPaths(ctx, tx, []pathRead{{comps: comps}})
 		id, d, err := walk(ctx, tx, path, comps)
 		if err != nil {
 			return err
@@ -453,6 +455,18 @@ func (s *Service) Readdir(ctx context.Context, path string) ([]Entry, error) {
 		if err != nil {
 			return err
 		}
+		if pf, ok := tx.(kv.Prefetcher); ok {
+			// The inodes read below, in one round trip.
+			var keys [][]byte
+			for _, e := range kvs {
+				if de, err := decodeDentry(e.Value); err == nil && listReadsInode(de, len(kvs), s.opts.ListLayouts) {
+					keys = append(keys, inodeKey(de.Inode))
+				}
+			}
+			if len(keys) > 0 {
+				pf.Prefetch(ctx, keys) // errors: met again below
+			}
+		}
 		for _, e := range kvs {
 			name, err := dentryName(e.Key)
 			if err != nil {
@@ -463,9 +477,7 @@ func (s *Service) Readdir(ctx context.Context, path string) ([]Entry, error) {
 				return fmt.Errorf("meta: corrupt entry %q in %s: %w", name, path, err)
 			}
 			ent := Entry{Name: name, Dentry: de}
-			stale := (de.Owned && !de.hasOwner) || de.Shared
-			layouts := de.Owned && !de.IsDir && len(kvs) <= s.opts.ListLayouts
-			if stale || layouts {
+			if listReadsInode(de, len(kvs), s.opts.ListLayouts) {
 				// An entry without a copy of the owner (written before
 				// copies were kept), or one of several names of a file
 				// (another name's chmod does not update it), costs an
@@ -486,6 +498,14 @@ func (s *Service) Readdir(ctx context.Context, path string) ([]Entry, error) {
 		return nil
 	})
 	return out, err
+}
+
+// listReadsInode says whether a listing of n entries reads the inode of
+// entry de (see Readdir).
+func listReadsInode(de Dentry, n, listLayouts int) bool {
+	stale := (de.Owned && !de.hasOwner) || de.Shared
+	layouts := de.Owned && !de.IsDir && n <= listLayouts
+	return stale || layouts
 }
 
 // --- namespace operations (idempotent under a request id) ---
