@@ -46,6 +46,10 @@ type flatScratch struct {
 	valid  []byte  // validity bitmap (nulls only)
 	tmp    []byte  // a dictionary page's values before nulls are spread
 	sel    []int32 // rows a filter keeps
+	// inPlace: an uncompressed v1 page is returned as it is in the chunk
+	// (the file's mapping), for a decoder that copies values out under
+	// faultPanics
+	inPlace bool
 }
 
 var flatPool = sync.Pool{New: func() any { return new(flatScratch) }}
@@ -97,6 +101,9 @@ func (s *flatScratch) decompress(codec compress.Compression, src []byte, size in
 	case compress.Codecs.Uncompressed:
 		if len(src) != size {
 			return nil, fmt.Errorf("uncompressed page of %d bytes, header says %d", len(src), size)
+		}
+		if s.inPlace {
+			return src, nil
 		}
 		// copied: src may be the file's mapping, which only decodeFlat
 		// reads under SetPanicOnFault
@@ -218,7 +225,7 @@ func (s *flatScratch) inflate(codec compress.Compression, body []byte, size int,
 // dataPage decompresses a data page (v1 or v2) and splits off its
 // definition levels (nil when maxDef is 0). It returns the page's value
 // count (nulls included) and encoding. Neither levels nor data is a view of
-// the file's mapping. errDecline: levels this decoder does not read.
+// the file's mapping, unless s.inPlace. errDecline: levels this decoder does not read.
 func (s *flatScratch) dataPage(codec compress.Compression, h *format.PageHeader, body []byte, maxDef int16, bad badf) (n int, enc format.Encoding, levels, data []byte, err error) {
 	if h.Type == format.DataPage {
 		dh := h.DataPageHeader.V

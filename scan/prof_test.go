@@ -7,6 +7,26 @@ import (
 
 // BenchmarkJobProfile runs one job on $FFKIT_SCAN_PROFILE_DATA (for pprof).
 func BenchmarkJobProfile(b *testing.B) {
+	if f := os.Getenv("FFKIT_SCAN_PROFILE_JOB"); f != "" {
+		// a job file as `ffkit scan --job` reads it (for example one
+		// stage of a DataFrame), run as written: its output is removed
+		// before each run
+		data, err := os.ReadFile(f)
+		if err != nil {
+			b.Fatal(err)
+		}
+		j, err := ParseJob(f, data)
+		if err != nil {
+			b.Fatal(err)
+		}
+		for i := 0; i < b.N; i++ {
+			os.RemoveAll(j.Output)
+			if _, err := Run(bg, j); err != nil {
+				b.Fatal(err)
+			}
+		}
+		return
+	}
 	in := os.Getenv("FFKIT_SCAN_PROFILE_DATA")
 	if in == "" {
 		b.Skip("FFKIT_SCAN_PROFILE_DATA not set")

@@ -505,6 +505,16 @@ func (pf *File) readRowGroup(ctx context.Context, rg int, cols []int, dict []boo
 				return nil, err
 			}
 		}
+		if FastPath && pf.binaryOK(c) && !(i < len(dict) && dict[i]) && !pf.coalesce && lo == 0 && hi == nrows {
+			a, err := pf.binaryArray(rg, c)
+			if err == nil {
+				arrs[i] = a
+				continue
+			}
+			if !errors.Is(err, errDecline) {
+				return nil, err
+			}
+		}
 		if FastPath && pf.fastOK(c) && !(i < len(dict) && dict[i]) {
 			if !pf.coalesce && lo == 0 && hi == nrows {
 				a, err := pf.flatArray(rg, c)

@@ -134,10 +134,6 @@ func (r *runner) writeSorted(ctx context.Context, s sink, recs []arrow.RecordBat
 // sortPerm returns the rows of a in ascending order (NULLs last, ties in
 // row order).
 func sortPerm(a arrow.Array) ([]int32, error) {
-	type ent struct {
-		pfx uint64
-		row int32
-	}
 	n := a.Len()
 	ents := make([]ent, 0, n)
 	var nulls []int32
@@ -182,20 +178,67 @@ func sortPerm(a arrow.Array) ([]int32, error) {
 			ents = append(ents, ent{uint64(v.I[i]) ^ 1<<63, int32(i)})
 		}
 	}
-	slices.SortFunc(ents, func(x, y ent) int {
-		if x.pfx != y.pfx {
-			return cmp.Compare(x.pfx, y.pfx)
-		}
-		if key != nil {
-			if c := bytes.Compare(key(x.row), key(y.row)); c != 0 {
-				return c
+	ents = radixSortPrefix(ents)
+	if key != nil {
+		// runs of equal prefixes (rare for random keys) are ordered by the
+		// whole key; the radix sort is stable, so equal keys stay in row
+		// order
+		for lo := 0; lo < len(ents); {
+			hi := lo + 1
+			for hi < len(ents) && ents[hi].pfx == ents[lo].pfx {
+				hi++
 			}
+			if hi-lo > 1 {
+				slices.SortStableFunc(ents[lo:hi], func(x, y ent) int { return bytes.Compare(key(x.row), key(y.row)) })
+			}
+			lo = hi
 		}
-		return cmp.Compare(x.row, y.row)
-	})
+	}
 	perm := make([]int32, 0, n)
 	for _, e := range ents {
 		perm = append(perm, e.row)
 	}
 	return append(perm, nulls...), nil
+}
+
+// ent is a row and the 8-byte prefix of its key, in unsigned order.
+type ent struct {
+	pfx uint64
+	row int32
+}
+
+// radixSortPrefix orders ents by pfx, stably (a least-significant-digit
+// radix sort, one byte a pass, skipping the bytes every prefix shares:
+// eight passes over the entries instead of n log n comparisons). It may
+// return its argument or a new slice.
+func radixSortPrefix(ents []ent) []ent {
+	if len(ents) < 256 {
+		slices.SortStableFunc(ents, func(x, y ent) int { return cmp.Compare(x.pfx, y.pfx) })
+		return ents
+	}
+	var counts [8][256]int
+	for _, e := range ents {
+		for d := 0; d < 8; d++ {
+			counts[d][byte(e.pfx>>(8*d))]++
+		}
+	}
+	src, dst := ents, make([]ent, len(ents))
+	for d := 0; d < 8; d++ {
+		c := &counts[d]
+		if c[byte(src[0].pfx>>(8*d))] == len(src) {
+			continue // every prefix has this byte
+		}
+		pos, sum := [256]int{}, 0
+		for b := 0; b < 256; b++ {
+			pos[b], sum = sum, sum+c[b]
+		}
+		shift := 8 * d
+		for _, e := range src {
+			b := byte(e.pfx >> shift)
+			dst[pos[b]] = e
+			pos[b]++
+		}
+		src, dst = dst, src
+	}
+	return src
 }

@@ -2,8 +2,11 @@ package scan
 
 import (
 	"bytes"
+	"cmp"
 	"fmt"
+	"math/rand/v2"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -86,5 +89,32 @@ func TestSortByPartition(t *testing.T) {
 	_, err := Run(bg, Job{Inputs: ins, SortBy: []string{"k"}, SQL: "SELECT 1", Output: filepath.Join(dir, "x")})
 	if err == nil || !strings.Contains(err.Error(), "sort_by") {
 		t.Fatalf("sort_by with sql: %v", err)
+	}
+}
+
+// radixSortPrefix orders by prefix, stably, as a comparison sort does:
+// random prefixes, many equal ones, prefixes sharing their high or low
+// bytes, and short inputs.
+func TestRadixSortPrefix(t *testing.T) {
+	rng := rand.New(rand.NewPCG(20, 1))
+	gens := map[string]func() uint64{
+		"random": rng.Uint64,
+		"dups":   func() uint64 { return uint64(rng.IntN(50)) << 40 },
+		"low":    func() uint64 { return uint64(rng.IntN(1000)) },
+		"high":   func() uint64 { return uint64(rng.IntN(300)) << 52 },
+		"same":   func() uint64 { return 7 },
+	}
+	for name, gen := range gens {
+		for _, n := range []int{0, 1, 5, 255, 256, 1000, 70000} {
+			ents := make([]ent, n)
+			for i := range ents {
+				ents[i] = ent{gen(), int32(i)}
+			}
+			want := slices.Clone(ents)
+			slices.SortStableFunc(want, func(x, y ent) int { return cmp.Compare(x.pfx, y.pfx) })
+			if got := radixSortPrefix(ents); !slices.Equal(got, want) {
+				t.Fatalf("%s, %d entries: radix order differs from a stable sort", name, n)
+			}
+		}
 	}
 }

@@ -3,27 +3,34 @@ key, a 90-byte payload), range-partitioned by sampled keys into P
 partitions, each partition sorted, written as Parquet. The same run times:
 
 - ffkit, local executor: read -> repartition(P, range_by="key",
-  bounds=sampled) (the Go engine's shuffle) -> partial_sort("key") (DuckDB
-  per partition); the sorted partitions are the last stage's Parquet files;
+  bounds=sampled) (the Go engine's shuffle) -> partial_sort("key") (the
+  engine's native sort per partition); the sorted partitions are the last
+  stage's Parquet files (zstd level 1, as every stage under data_root);
 - ffkit, Ray executor: the same plan as Ray tasks on a Ray cluster of
   --ray-nodes nodes (one CPU each) on this machine;
-- DuckDB: COPY (SELECT * FROM input ORDER BY key) TO one Parquet file;
+- DuckDB: COPY (SELECT * FROM input ORDER BY key) TO one Parquet file,
+  zstd at --duck-zstd-level (default 1: the same codec and level as
+  ffkit's output; 0: DuckDB's default level);
 - SmallPond (with --smallpond-python, a Python that imports smallpond):
   its DataFrame API on the same input: partial_sql computes each row's
   range partition from the same bounds, repartition(P, by=...) shuffles,
   partial_sort sorts each partition.
 
 Each round runs every contender once, alternating the order; medians are
-printed as MiB/s per core (record bytes / seconds / --cores). SmallPond's
+printed as MiB/s per core (record bytes / seconds / --cores), and, for
+ffkit local and DuckDB, MiB per CPU second used (user + system of this
+process and its engine processes; robust to other load on the machine). SmallPond's
 published GraySort is 6.6 MiB/s per core (110.5 TiB in 30 min 14 s on
 50 x 192 cores).
 
     python3 python/bench/bench_graysort.py [--gib 1] [--parts 16]
         [--rounds 1] [--ray-nodes 2] [--smallpond-python PY] [--dir D]
+        [--duck-zstd-level 1]
 """
 import argparse
 import json
 import os
+import resource
 import shutil
 import statistics
 import subprocess
@@ -112,6 +119,8 @@ def main():
     ap.add_argument("--smallpond-python", default="")
     ap.add_argument("--only", default="local,ray,duckdb,smallpond")
     ap.add_argument("--dir", default="")
+    ap.add_argument("--duck-zstd-level", type=int, default=1,
+                    help="DuckDB's zstd level (1: as ffkit writes its output; 0: DuckDB's default)")
     ap.add_argument("--check", action="store_true", help="check ffkit's output is sorted (reads it all back)")
     a = ap.parse_args()
 
@@ -141,14 +150,24 @@ def main():
 
         cluster = _raycluster.start(a.ray_nodes)
 
+    def cpu():
+        """CPU seconds used so far by this process and its waited-for children."""
+        t = 0.0
+        for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN):
+            r = resource.getrusage(who)
+            t += r.ru_utime + r.ru_stime
+        return t
+
     def ours(executor):
         root = os.path.join(tmp, "root-" + executor)
         shutil.rmtree(root, ignore_errors=True)
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), cpu()
         with ffkit.session(data_root=root, executor=executor, workers=a.cores) as sp:
             df = sp.read_parquet(indir).repartition(a.parts, range_by="key", bounds=bounds).partial_sort("key")
             out = df.compute()
             secs = time.perf_counter() - t0
+            if executor == "local":  # Ray's workers are not our children
+                cpus[executor].append(cpu() - c0)
             if a.check:
                 check_sorted(sp._part_files(out), rows)
         shutil.rmtree(root, ignore_errors=True)
@@ -156,12 +175,14 @@ def main():
 
     def duck():
         out = os.path.join(tmp, "duck.parquet")
-        t0 = time.perf_counter()
+        level = f", COMPRESSION_LEVEL {a.duck_zstd_level}" if a.duck_zstd_level else ""
+        t0, c0 = time.perf_counter(), cpu()
         con = duckdb.connect()
         con.execute(f"SET threads={a.cores}")
         con.execute(f"SET temp_directory='{tmp}/duck-tmp'")
-        con.execute(f"COPY (SELECT * FROM read_parquet('{indir}/*.parquet') ORDER BY key) TO '{out}' (FORMAT parquet, COMPRESSION zstd)")
+        con.execute(f"COPY (SELECT * FROM read_parquet('{indir}/*.parquet') ORDER BY key) TO '{out}' (FORMAT parquet, COMPRESSION zstd{level})")
         secs = time.perf_counter() - t0
+        cpus["duckdb"].append(cpu() - c0)
         con.close()
         os.remove(out)
         shutil.rmtree(f"{tmp}/duck-tmp", ignore_errors=True)
@@ -184,6 +205,7 @@ def main():
     runs = {"local": lambda: ours("local"), "ray": lambda: ours("ray"), "duckdb": duck, "smallpond": smallpond}
     order = [c for c in ["local", "ray", "duckdb", "smallpond"] if c in only]
     times = {c: [] for c in order}
+    cpus = {c: [] for c in runs}
     errors = {}
     try:
         for r in range(a.rounds):
@@ -194,7 +216,8 @@ def main():
                     times[c].append(runs[c]())
                 except Exception as e:  # report, and go on with the others
                     errors[c] = str(e)
-                print(f"round {r} {c}: {times[c][-1] if c not in errors else errors[c][:200]}", file=sys.stderr)
+                used = f" (cpu {cpus[c][-1]:.2f} s)" if c not in errors and cpus.get(c) else ""
+                print(f"round {r} {c}: {times[c][-1] if c not in errors else errors[c][:200]}{used}", file=sys.stderr)
     finally:
         if cluster is not None:
             import ray
@@ -206,8 +229,9 @@ def main():
 
     print(f"GraySort: {rows:,} records of {REC} bytes ({mib:,.0f} MiB), {a.parts} range partitions, "
           f"{a.cores} cores, {a.rounds} rounds; medians")
-    print(f"{'contender':<22} {'seconds':>8} {'MiB/s/core':>10} {'vs duckdb':>9}")
+    print(f"{'contender':<22} {'seconds':>8} {'MiB/s/core':>10} {'vs duckdb':>9} {'cpu s':>7} {'MiB/cpu-s':>9} {'cpu vs duckdb':>13}")
     base = statistics.median(times["duckdb"]) if times.get("duckdb") else None
+    cbase = statistics.median(cpus["duckdb"]) if cpus.get("duckdb") else None
     names = {"local": "ffkit local", "ray": f"ffkit ray ({a.ray_nodes} nodes)", "duckdb": "duckdb ORDER BY",
              "smallpond": "smallpond"}
     for c in order:
@@ -216,7 +240,18 @@ def main():
             continue
         s = statistics.median(times[c])
         vs = f"{base / s:>8.2f}x" if base else ""
-        print(f"{names[c]:<22} {s:>8.2f} {mib / s / a.cores:>10.1f} {vs}")
+        line = f"{names[c]:<22} {s:>8.2f} {mib / s / a.cores:>10.1f} {vs}"
+        if cpus.get(c):  # Ray's and SmallPond's workers are not our children
+            cs = statistics.median(cpus[c])
+            line += f" {cs:>7.2f} {mib / cs:>9.1f}" + (f" {cbase / cs:>12.2f}x" if cbase else "")
+        print(line)
+    if times.get("local") and times.get("duckdb") and a.rounds > 1:
+        # the ratio of each round's pair, then the median (robust to load
+        # that changes between rounds)
+        rs = [d / l for l, d in zip(times["local"], times["duckdb"])]
+        cr = [d / l for l, d in zip(cpus["local"], cpus["duckdb"])]
+        print(f"ffkit local vs duckdb, median of per-round ratios: wall {statistics.median(rs):.2f}x "
+              f"({', '.join(f'{r:.2f}' for r in rs)}), cpu {statistics.median(cr):.2f}x ({', '.join(f'{r:.2f}' for r in cr)})")
     print("SmallPond's published GraySort: 6.6 MiB/s per core (110.5 TiB / 30 min 14 s / 9,600 cores)")
 
 
