@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/crc32"
+	"math/bits"
 	"slices"
 	"strings"
 	"sync"
@@ -28,6 +29,7 @@ type plan struct {
 	order   []int32 // slot indices sorted by (file, offset, request)
 	reads   []planRead
 	reqs    []fs.ReadRequest
+	keys    []uint64 // sort keys: global index << keyShift | request
 	scratch *[]byte
 	need    int64
 }
@@ -51,12 +53,47 @@ type planRead struct {
 	pos         int64 // buf position (not scratch) or scratch position
 }
 
+// Plans are pooled with their slices: a warm batch costs a few
+// microseconds of system calls per sample, and allocating (and
+// collecting) a plan's 40-50 KiB per batch of 256 was a visible part of
+// the rest. Plans of more than poolMaxSlots samples are not kept.
+var planPool = sync.Pool{New: func() any { return new(plan) }}
+
+const poolMaxSlots = 1 << 16
+
+// noKeySortForTesting makes plans sort with the comparison function, the
+// path of datasets too large for (index, request) to fit one integer.
+var noKeySortForTesting bool
+
+// grow returns s with length n, reusing its array when it is large enough.
+func grow[T any](s []T, n int) []T {
+	if cap(s) < n {
+		return make([]T, n)
+	}
+	return s[:n]
+}
+
 func (r *Reader) plan(indices []int64, bufLen int64) (*plan, error) {
-	p := &plan{r: r, slots: make([]slot, len(indices)), order: make([]int32, len(indices))}
+	p := planPool.Get().(*plan)
+	p.r, p.need = r, 0
+	p.slots = grow(p.slots, len(indices))
+	p.order = grow(p.order, len(indices))
+	p.reads = p.reads[:0]
+	// Sorting by (file, offset, request) is sorting by (global index,
+	// request), since files are concatenated in order and offsets grow
+	// with the local index: one integer per sample when both fit in 64
+	// bits, which sorts several times faster than a comparison function.
+	shift := uint(bits.Len(uint(len(indices))))
+	useKeys := len(indices) > 1 && bits.Len64(uint64(r.n))+int(shift) <= 64 && !noKeySortForTesting
+	if useKeys {
+		p.keys = grow(p.keys, len(indices))
+	}
 	sorted := true
+	var prev int64 = -1
 	for k, i := range indices {
 		fi, l, err := r.fileOf(i)
 		if err != nil {
+			p.release()
 			return nil, err
 		}
 		h := r.files[fi].h
@@ -65,23 +102,35 @@ func (r *Reader) plan(indices []int64, bufLen int64) (*plan, error) {
 			e := h.sampleErr(l, fmt.Errorf("%w: the file is damaged (%s)", errOf(h.broken),
 				strings.TrimPrefix(h.broken.Error(), h.path+": ")))
 			e.Index = i
+			p.release()
 			return nil, e
 		}
 		off := h.offsets[l]
 		p.slots[k] = slot{file: int32(fi), dup: -1, local: l, off: off, len: h.end(l) - off}
 		p.need += p.slots[k].len
 		p.order[k] = int32(k)
-		if k > 0 {
-			a, b := &p.slots[k-1], &p.slots[k]
-			if a.file > b.file || (a.file == b.file && a.off >= b.off) {
-				sorted = false
-			}
+		if useKeys {
+			p.keys[k] = uint64(i)<<shift | uint64(k)
 		}
+		if i <= prev {
+			sorted = false
+		}
+		prev = i
 	}
 	if bufLen < p.need {
-		return nil, fmt.Errorf("%w: buffer of %d bytes, the batch needs %d", ErrIndex, bufLen, p.need)
+		need := p.need
+		p.release()
+		return nil, fmt.Errorf("%w: buffer of %d bytes, the batch needs %d", ErrIndex, bufLen, need)
 	}
-	if !sorted {
+	switch {
+	case sorted:
+	case useKeys:
+		slices.Sort(p.keys)
+		mask := uint64(1)<<shift - 1
+		for k, key := range p.keys {
+			p.order[k] = int32(key & mask)
+		}
+	default:
 		slices.SortFunc(p.order, func(a, b int32) int {
 			sa, sb := &p.slots[a], &p.slots[b]
 			switch {
@@ -98,6 +147,7 @@ func (r *Reader) plan(indices []int64, bufLen int64) (*plan, error) {
 	}
 	// Places in buf: unique samples in sorted order, duplicates after.
 	var pos int64
+	dups := false
 	for k, si := range p.order {
 		s := &p.slots[si]
 		if k > 0 {
@@ -107,16 +157,19 @@ func (r *Reader) plan(indices []int64, bufLen int64) (*plan, error) {
 				if prev.dup >= 0 {
 					s.dup = prev.dup
 				}
+				dups = true
 				continue
 			}
 		}
 		s.pos = pos
 		pos += s.len
 	}
-	for i := range p.slots {
-		if s := &p.slots[i]; s.dup >= 0 {
-			s.pos = pos
-			pos += s.len
+	if dups {
+		for i := range p.slots {
+			if s := &p.slots[i]; s.dup >= 0 {
+				s.pos = pos
+				pos += s.len
+			}
 		}
 	}
 	p.merge()
@@ -183,17 +236,25 @@ func (p *plan) layoutScratch(buf []byte) {
 	}
 }
 
+// release returns the plan's scratch slab and the plan to their pools.
+// The plan must not be used afterwards.
 func (p *plan) release() {
 	if p.scratch != nil {
 		putScratch(p.scratch)
 		p.scratch = nil
+	}
+	clear(p.reqs) // drop the references to the caller's buffer and files
+	p.reqs = p.reqs[:0]
+	p.r = nil
+	if cap(p.slots) <= poolMaxSlots && cap(p.reads) <= poolMaxSlots {
+		planPool.Put(p)
 	}
 }
 
 func (p *plan) run(ctx context.Context, buf []byte) ([][]byte, error) {
 	r := p.r
 	p.layoutScratch(buf)
-	p.reqs = make([]fs.ReadRequest, len(p.reads))
+	p.reqs = grow(p.reqs, len(p.reads))
 	for i, rd := range p.reads {
 		var dst []byte
 		if rd.scratch {

@@ -302,9 +302,19 @@ func (r *Reader) fileOf(i int64) (int, int64, error) {
 	if len(r.files) == 1 {
 		return 0, i, nil
 	}
-	// firsts is sorted; the file is the last one whose first <= i with n > 0.
-	k := sort.Search(len(r.files), func(k int) bool { return r.firsts[k+1] > i })
-	return k, i - r.firsts[k], nil
+	// firsts is sorted; the file is the first k with firsts[k+1] > i (the
+	// last one whose first <= i with n > 0). A binary search written out:
+	// sort.Search's call per step showed in warm batch profiles.
+	lo, hi := 0, len(r.files)
+	for lo < hi {
+		m := int(uint(lo+hi) >> 1)
+		if r.firsts[m+1] > i {
+			hi = m
+		} else {
+			lo = m + 1
+		}
+	}
+	return lo, i - r.firsts[lo], nil
 }
 
 // Locate returns the file (index into Files), byte offset and length of

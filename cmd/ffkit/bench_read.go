@@ -4,12 +4,15 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"os"
+	"runtime/pprof"
 	"strings"
 	"sync/atomic"
 	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/ffkit/ffkit/bench"
 	"github.com/ffkit/ffkit/ffrecord"
@@ -34,6 +37,8 @@ type benchReadFlags struct {
 	seed        uint64
 	rounds      int
 	report      string
+	baseline    string // batches or samples
+	cpuProfile  string // hidden: PREFIX.ffkit.N.pprof, PREFIX.baseline.N.pprof per round
 }
 
 // benchReadResult is the JSON document of `ffkit bench read`.
@@ -68,7 +73,13 @@ type benchReadResult struct {
 	Parallelism   int           `json:"parallelism"`
 	Inflight      int           `json:"batches_in_flight"`
 	MaxInFlight   int           `json:"max_reads_in_flight"`
-	// baseline: one plain pread per sample, same number of reads in flight
+	// baseline: one plain pread per sample, same number of reads in flight.
+	// Baseline "batches" (the default): the same batches as ffkit's, in the
+	// same order, each read into its own batch buffer by --parallelism
+	// goroutines, --batches-in-flight batches at a time; "samples": each of
+	// the reads-in-flight goroutines reads random samples one at a time into
+	// one reused buffer (the baseline before 2026-12-05).
+	Baseline              string        `json:"baseline"`
 	BaselineSamplesPerSec float64       `json:"baseline_samples_per_s"`
 	BaselineMiBPerSec     float64       `json:"baseline_mib_s"`
 	BaselineReadLatency   bench.Latency `json:"baseline_read_latency"`
@@ -105,10 +116,14 @@ func newBenchReadCmd() *cobra.Command {
 		Short: "Random-batch read throughput of an FFRecord dataset vs a plain pread loop",
 		Long: `Read random batches of samples from an FFRecord dataset with ReadBatch (sort,
 merge, parallel reads, checksum checks) and report samples/s, MiB/s and the
-batch latency p50/p99. In the same run, a baseline reads random samples with
-one plain pread each, with the same number of reads in flight, and checks
-each sample's stored CRC-32 as ffkit does (not with --no-verify); the ratio is
-ffkit's samples/s over the baseline's. With --fio, fio's random reads of
+batch latency p50/p99. In the same run, a baseline reads the same batches in
+the same order with one plain pread per sample into a batch buffer, with the
+same number of batches and reads in flight (--parallelism goroutines per
+batch), and checks each sample's stored CRC-32 as ffkit does (not with
+--no-verify); the ratio is ffkit's samples/s over the baseline's.
+--baseline samples instead reads random samples one at a time into one
+reused buffer on each of as many goroutines as reads in flight (no batch is
+delivered; the baseline before 2026-12-05). With --fio, fio's random reads of
 the dataset's median sample size (rounded up to 4 KiB, so IOPS compare with
 samples/s and MiB/s with MiB/s; io_uring, O_DIRECT with --direct, iodepth
 64, one job) on the same files are measured too: the dataset's full-size files (at least half the
@@ -142,9 +157,12 @@ without io_uring's round trip; FFKIT_NO_NOWAIT=1 turns that off).
 	c.Flags().IntVar(&f.inflight, "batches-in-flight", 4, "batches read concurrently, as a loader prefetches")
 	c.Flags().IntVar(&f.maxInFlight, "max-in-flight", 0, "reads in flight in all batches together, shared (0: --parallelism x --batches-in-flight); the baseline keeps as many preads in flight")
 	c.Flags().Int64Var(&f.mergeGap, "merge-gap", 0, "merge reads whose gap is at most this many bytes (0 = default, -1 = never)")
+	c.Flags().StringVar(&f.baseline, "baseline", "batches", "the pread baseline: batches (the same batches as ffkit, each into its own buffer) or samples (random samples into one reused buffer per goroutine)")
 	c.Flags().BoolVar(&f.noVerify, "no-verify", false, "skip the sample checksum checks")
 	c.Flags().BoolVar(&f.fio, "fio", false, "also measure fio random reads of the median sample size (io_uring, iodepth 64) on the dataset's full-size files")
 	c.Flags().StringVar(&f.report, "report", "", "also write a self-contained HTML page with charts to `FILE.html`")
+	c.Flags().StringVar(&f.cpuProfile, "cpuprofile", "", "write a CPU profile of each phase to PREFIX.ffkit.ROUND.pprof and PREFIX.baseline.ROUND.pprof")
+	c.Flags().MarkHidden("cpuprofile")
 	c.Flags().Uint64Var(&f.seed, "seed", 1, "seed of the random batches")
 	c.Flags().IntVar(&f.rounds, "rounds", 3, "alternate the phases this many times (each gets duration/rounds per round), so load from other processes falls on all of them alike")
 	return c
@@ -164,6 +182,8 @@ func runBenchRead(ctx context.Context, paths []string, f benchReadFlags) error {
 		return usagef("--warm and --direct contradict each other: O_DIRECT bypasses the page cache")
 	case f.maxInFlight < 0:
 		return usagef("--max-in-flight must not be negative, got %d", f.maxInFlight)
+	case f.baseline != "batches" && f.baseline != "samples":
+		return usagef("--baseline %q: want batches or samples", f.baseline)
 	}
 	slice := f.duration / time.Duration(f.rounds)
 	if slice <= 0 {
@@ -196,7 +216,8 @@ func runBenchRead(ctx context.Context, paths []string, f benchReadFlags) error {
 	st := r.Stats()
 	res := benchReadResult{Dataset: fmt.Sprint(paths), Samples: n, Files: len(files), MedianSize: st.MedianLen,
 		BatchSize: f.batchSize, Direct: f.direct, Warm: f.warm, Verify: !f.noVerify, Parallelism: f.parallelism,
-		Inflight: f.inflight, MaxInFlight: f.parallelism * f.inflight, Seconds: f.duration.Seconds(), Rounds: f.rounds}
+		Inflight: f.inflight, MaxInFlight: f.parallelism * f.inflight, Seconds: f.duration.Seconds(), Rounds: f.rounds,
+		Baseline: f.baseline}
 	if f.maxInFlight > 0 {
 		res.MaxInFlight = min(f.maxInFlight, res.MaxInFlight)
 	}
@@ -210,18 +231,24 @@ func runBenchRead(ctx context.Context, paths []string, f benchReadFlags) error {
 	// falls on all of them alike.
 	bufs := make([][]byte, f.inflight)
 	idx := make([][]int64, f.inflight)
-	rngs := make([]*rand.Rand, f.inflight)
-	for w := range rngs {
-		rngs[w] = rand.New(rand.NewPCG(f.seed, uint64(w)))
+	for w := range idx {
 		idx[w] = make([]int64, f.batchSize)
+	}
+	// Batch b of a round is the same in every phase: ffkit's and the
+	// baseline's phases read the same batches in the same order (each
+	// phase of a round starts again from the round's first batch).
+	var nextBatch atomic.Int64
+	batchIndices := func(ix []int64) {
+		rng := rand.New(rand.NewPCG(f.seed, uint64(nextBatch.Add(1)-1)))
+		for k := range ix {
+			ix[k] = rng.Int64N(n)
+		}
 	}
 	var issued atomic.Int64 // batches read, warm-up included (as the request counters)
 	oursOp := func(ctx context.Context, w int, seq int64) (int64, error) {
 		issued.Add(1)
 		ix := idx[w]
-		for k := range ix {
-			ix[k] = rngs[w].Int64N(n)
-		}
+		batchIndices(ix)
 		size, err := r.BatchSize(ix)
 		if err != nil {
 			return 0, err
@@ -234,6 +261,10 @@ func runBenchRead(ctx context.Context, paths []string, f benchReadFlags) error {
 	}
 	workers := res.MaxInFlight
 	res.BaselineWorkers = workers
+	baseWorkers := workers // goroutines of the baseline's bench.Run
+	if f.baseline == "batches" {
+		baseWorkers = f.inflight
+	}
 	raw := make([]fs.File, len(files))
 	var fsyses []fs.FS
 	for i, fm := range files {
@@ -252,6 +283,23 @@ func runBenchRead(ctx context.Context, paths []string, f benchReadFlags) error {
 	for w := range prngs {
 		prngs[w] = rand.New(rand.NewPCG(f.seed+1, uint64(w)))
 	}
+	// readOne is the baseline's read of sample i (file, off, l) into b:
+	// one pread, then the CRC-32 check ffkit does too.
+	readOne := func(i int64, file int, off int64, b []byte) error {
+		if _, err := raw[file].ReadAt(b, off); err != nil {
+			return err
+		}
+		if !f.noVerify { // the same work as ffkit's: what a user's pread reader of FFRecord checks
+			want, err := r.StoredCRC(i)
+			if err != nil {
+				return err
+			}
+			if got := ffrecord.Checksum(b); got != want {
+				return fmt.Errorf("sample %d: %w: stored %08x, computed %08x", i, ffrecord.ErrChecksum, want, got)
+			}
+		}
+		return nil
+	}
 	baseOp := func(ctx context.Context, w int, seq int64) (int64, error) {
 		i := prngs[w].Int64N(n)
 		file, off, l, err := r.Locate(i)
@@ -261,19 +309,10 @@ func runBenchRead(ctx context.Context, paths []string, f benchReadFlags) error {
 		if int64(cap(pbufs[w])) < l {
 			pbufs[w] = make([]byte, l)
 		}
-		if _, err := raw[file].ReadAt(pbufs[w][:l], off); err != nil {
-			return 0, err
-		}
-		if !f.noVerify { // the same work as ffkit's: what a user's pread reader of FFRecord checks
-			want, err := r.StoredCRC(i)
-			if err != nil {
-				return 0, err
-			}
-			if got := ffrecord.Checksum(pbufs[w][:l]); got != want {
-				return 0, fmt.Errorf("sample %d: %w: stored %08x, computed %08x", i, ffrecord.ErrChecksum, want, got)
-			}
-		}
-		return l, nil
+		return l, readOne(i, file, off, pbufs[w][:l])
+	}
+	if f.baseline == "batches" {
+		baseOp = preadBatches(f, res.MaxInFlight, batchIndices, r.Locate, readOne)
 	}
 	cold := func() {
 		if f.warm {
@@ -320,8 +359,11 @@ func runBenchRead(ctx context.Context, paths []string, f benchReadFlags) error {
 		before, _ := fs.SumReadStats(fsyses)
 		c0, _, m0 := localfs.ReadCounts()
 		issued.Store(0)
+		nextBatch.Store(int64(round) << 32)
 		cpu0 := cpuTime()
+		stopProf := startPhaseProfile(f.cpuProfile, "ffkit", round)
 		o, err := bench.Run(ctx, bench.Options{Workers: f.inflight, Duration: slice, Warmup: f.warmup}, oursOp)
+		stopProf()
 		if err != nil {
 			return fmt.Errorf("bench read: %w", err)
 		}
@@ -332,13 +374,20 @@ func runBenchRead(ctx context.Context, paths []string, f benchReadFlags) error {
 		cachedHits, cachedMisses = cachedHits+c1-c0, cachedMisses+m1-m0
 		ours = append(ours, o)
 		cold()
-		progress(fmt.Sprintf("round %d/%d: baseline, one plain pread per sample, %d in flight, %s", round+1, f.rounds, workers, slice))
+		progress(fmt.Sprintf("round %d/%d: baseline (%s), one plain pread per sample, %d in flight, %s", round+1, f.rounds, f.baseline, workers, slice))
 		cpu0 = cpuTime()
-		b, err := bench.Run(ctx, bench.Options{Workers: workers, Duration: slice, Warmup: f.warmup}, baseOp)
+		stopProf = startPhaseProfile(f.cpuProfile, "baseline", round)
+		nextBatch.Store(int64(round) << 32)
+		b, err := bench.Run(ctx, bench.Options{Workers: baseWorkers, Duration: slice, Warmup: f.warmup}, baseOp)
+		stopProf()
 		if err != nil {
 			return fmt.Errorf("bench read: baseline: %w", err)
 		}
-		baseCPU, baseSamples = baseCPU+cpuTime()-cpu0, baseSamples+b.Ops+b.WarmupOps
+		baseOps := b.Ops + b.WarmupOps
+		if f.baseline == "batches" {
+			baseOps *= int64(f.batchSize)
+		}
+		baseCPU, baseSamples = baseCPU+cpuTime()-cpu0, baseSamples+baseOps
 		base = append(base, b)
 		if fioOK {
 			progress(fmt.Sprintf("round %d/%d: %s, iodepth 64, on %d file(s) of the dataset", round+1, f.rounds, fioName, len(fioFiles)))
@@ -371,6 +420,9 @@ func runBenchRead(ctx context.Context, paths []string, f benchReadFlags) error {
 	res.BatchP50MS, res.BatchP99MS = oc.Latency.P50US/1000, oc.Latency.P99US/1000
 	ops, bytes, sec = sum(base)
 	bc := bench.Combine(base)
+	if f.baseline == "batches" {
+		ops *= int64(f.batchSize)
+	}
 	if sec > 0 {
 		res.BaselineSamplesPerSec = float64(ops) / sec
 		res.BaselineMiBPerSec = float64(bytes) / bench.MiB / sec
@@ -445,7 +497,11 @@ func benchReadTable(res benchReadResult, f benchReadFlags, median int64, workers
 	}
 	t.AddRow(append([]string{"ffkit ReadBatch", bench.FormatFloat(res.SamplesPerSec, 0), bench.FormatFloat(res.MiBPerSec, 1),
 		bench.FormatFloat(res.BatchP50MS, 2), bench.FormatFloat(res.BatchP99MS, 2), bench.FormatRatio(res.Ratio)}, reqCols...)...)
-	t.AddRow(append([]string{fmt.Sprintf("plain pread x%d", workers), bench.FormatFloat(res.BaselineSamplesPerSec, 0), bench.FormatFloat(res.BaselineMiBPerSec, 1),
+	baseName := fmt.Sprintf("plain pread x%d", workers)
+	if f.baseline == "batches" {
+		baseName = fmt.Sprintf("plain pread batches, %dx%d", f.inflight, f.parallelism)
+	}
+	t.AddRow(append([]string{baseName, bench.FormatFloat(res.BaselineSamplesPerSec, 0), bench.FormatFloat(res.BaselineMiBPerSec, 1),
 		bench.FormatFloat(bc.Latency.P50US/1000, 2), bench.FormatFloat(bc.Latency.P99US/1000, 2), "1.00x"}, blank...)...)
 	if res.FioIOPS > 0 {
 		t.AddRow(append([]string{fmt.Sprintf("fio randread %s %s qd64", bench.FormatBytes(res.FioBlockSize), res.FioEngine), bench.FormatFloat(res.FioIOPS, 0),
@@ -456,7 +512,8 @@ func benchReadTable(res benchReadResult, f benchReadFlags, median int64, workers
 			bench.FormatFloat(res.StorageRequestsPerBatch, 1), f.batchSize, bench.FormatBytes(int64(res.BytesPerRequest)), bench.FormatFloat(res.RangesPerRequest, 1), 100*res.LocalShare))
 	}
 	t.Notes = append(t.Notes,
-		"ffkit latencies are per batch; the baseline's are per pread",
+		map[string]string{"batches": "the baseline reads ffkit's batches, in the same order, into a buffer per batch; both latencies are per batch",
+			"samples": "--baseline samples: random samples, one reused buffer per goroutine; ffkit latencies are per batch, the baseline's per pread"}[f.baseline],
 		map[bool]string{false: "both rows check each sample's CRC-32", true: "--no-verify: neither row checks CRCs"}[f.noVerify],
 		fmt.Sprintf("ratio = ffkit samples/s over the row's samples/s; %d batches of %d in flight, up to %d reads each, %d in all", f.inflight, f.batchSize, f.parallelism, res.MaxInFlight),
 		fmt.Sprintf("%d rounds alternating the rows, %s each per round, made %s before each", f.rounds, slice, map[bool]string{false: "cold", true: "warm"}[f.warm]))
@@ -502,4 +559,92 @@ func cpuTime() time.Duration {
 		return 0
 	}
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// startPhaseProfile starts a CPU profile of one phase into
+// PREFIX.PHASE.ROUND.pprof (nothing without a prefix) and returns its stop.
+func startPhaseProfile(prefix, phase string, round int) func() {
+	if prefix == "" {
+		return func() {}
+	}
+	pf, err := os.Create(fmt.Sprintf("%s.%s.%d.pprof", prefix, phase, round))
+	if err != nil {
+		warnf("cpuprofile: %v", err)
+		return func() {}
+	}
+	if err := pprof.StartCPUProfile(pf); err != nil {
+		warnf("cpuprofile: %v", err)
+		pf.Close()
+		return func() {}
+	}
+	return func() { pprof.StopCPUProfile(); pf.Close() }
+}
+
+// preadBatches is the default baseline's operation: the next batch (the
+// same indices ffkit's phase reads), each sample read with one plain pread
+// into its place in the worker's batch buffer by f.parallelism goroutines
+// taking samples in turn, its CRC-32 checked (readOne), the buffer then
+// holding the whole batch as ffkit's does. maxInFlight bounds the preads
+// of all batches together when --max-in-flight is set.
+func preadBatches(f benchReadFlags, maxInFlight int, batchIndices func([]int64),
+	locate func(int64) (int, int64, int64, error), readOne func(i int64, file int, off int64, b []byte) error) bench.Op {
+	type batch struct {
+		idx      []int64
+		file     []int
+		off, pos []int64
+		buf      []byte
+	}
+	batches := make([]batch, f.inflight)
+	for w := range batches {
+		batches[w] = batch{idx: make([]int64, f.batchSize), file: make([]int, f.batchSize),
+			off: make([]int64, f.batchSize), pos: make([]int64, f.batchSize+1)}
+	}
+	var sem chan struct{} // shared bound of --max-in-flight
+	if f.maxInFlight > 0 {
+		sem = make(chan struct{}, maxInFlight)
+	}
+	return func(ctx context.Context, w int, seq int64) (int64, error) {
+		b := &batches[w]
+		batchIndices(b.idx)
+		var size int64
+		for k, i := range b.idx {
+			file, off, l, err := locate(i)
+			if err != nil {
+				return 0, err
+			}
+			b.file[k], b.off[k], b.pos[k] = file, off, size
+			size += l
+		}
+		b.pos[len(b.idx)] = size
+		if int64(cap(b.buf)) < size {
+			b.buf = make([]byte, size*2)
+		}
+		var next atomic.Int64
+		var g errgroup.Group
+		for range min(f.parallelism, len(b.idx)) {
+			g.Go(func() error {
+				for {
+					k := next.Add(1) - 1
+					if k >= int64(len(b.idx)) {
+						return nil
+					}
+					if sem != nil {
+						select {
+						case sem <- struct{}{}:
+						case <-ctx.Done():
+							return ctx.Err()
+						}
+					}
+					err := readOne(b.idx[k], b.file[k], b.off[k], b.buf[b.pos[k]:b.pos[k+1]])
+					if sem != nil {
+						<-sem
+					}
+					if err != nil {
+						return err
+					}
+				}
+			})
+		}
+		return size, g.Wait()
+	}
 }

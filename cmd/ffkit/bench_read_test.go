@@ -71,4 +71,23 @@ func TestCLIBenchReadWarm(t *testing.T) {
 	if _, stderr, code := runCLI(t, nil, "bench", "read", ds, "--warm", "--direct"); code != 2 || !strings.Contains(stderr, "contradict") {
 		t.Fatalf("--warm --direct: exit %d: %s", code, stderr)
 	}
+	// The default baseline reads ffkit's batches; --baseline samples is
+	// the one before it (random samples, one reused buffer per goroutine).
+	if res.Baseline != "batches" {
+		t.Fatalf("default baseline %q, want batches", res.Baseline)
+	}
+	stdout, stderr, code = runCLI(t, nil, "--json", "bench", "read", ds, "--warm", "--duration", "200ms", "--rounds", "1", "--warmup", "10ms", "--baseline", "samples")
+	if code != 0 {
+		t.Fatalf("bench read --baseline samples: exit %d: %s", code, stderr)
+	}
+	res = benchReadResult{}
+	if err := json.Unmarshal([]byte(stdout), &res); err != nil {
+		t.Fatalf("%v: %s", err, stdout)
+	}
+	if res.Baseline != "samples" || res.BaselineSamplesPerSec <= 0 {
+		t.Fatalf("--baseline samples: baseline %q, %.0f samples/s", res.Baseline, res.BaselineSamplesPerSec)
+	}
+	if _, stderr, code := runCLI(t, nil, "bench", "read", ds, "--baseline", "both"); code != 2 || !strings.Contains(stderr, "--baseline") {
+		t.Fatalf("--baseline both: exit %d: %s", code, stderr)
+	}
 }

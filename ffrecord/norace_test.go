@@ -1,0 +1,5 @@
+//go:build !race
+
+package ffrecord
+
+const raceEnabled = false
