@@ -572,7 +572,7 @@ func (s *Service) handleWrite(ctx context.Context, w *proto.WriteReq, data []byt
 // (slot.go) throughout: the updates of one chunk run one at a time on a
 // hop, in arrival order, as the core's; no lock is held while the update
 // travels, and a queued update whose caller gave up leaves the queue.
-func (s *Service) applyChain(ctx context.Context, ts *tstate, chain proto.ChainID, id proto.ChunkID, u update, ver uint64, tag proto.Tag) (*proto.WriteResp, error) {
+func (s *Service) applyChain(ctx context.Context, ts *tstate, chainID proto.ChainID, id proto.ChunkID, u update, ver uint64, tag proto.Tag) (*proto.WriteResp, error) {
 	c := ts.get(id)
 	var patience time.Duration // a client's write waits its turn as long as the client does
 	if ver != 0 {
@@ -583,24 +583,30 @@ func (s *Service) applyChain(ctx context.Context, ts *tstate, chain proto.ChainI
 	}
 	defer ts.release(c)
 	u.tag = tag
-	if ver == 0 {
-		// A pending version left at the head (its writer crashed, gave up
-		// or lost the chain) may already be committed further down: it is
-		// finished before a new version is built, never reused.
+	for ver == 0 {
+		// The head's rule (chain.CheckWrite), with the slot held: no other
+		// update of the chunk is under way here.
 		ts.mu.Lock()
 		stale := c.pending
+		step := chain.CheckWrite(hasTag(c.committed, tag), stale != nil, hasTag(stale, tag))
 		ts.mu.Unlock()
-		if stale != nil {
-			if err := s.redriveHeld(ctx, ts, chain, id, c, stale); err != nil {
-				return nil, err
-			}
+		if step == chain.WriteApply {
+			break
 		}
-		if ts.applied(c, tag) {
+		if step == chain.WriteDone {
 			// A retry of a write already committed here: it reached us as
 			// an update from the previous head (the client retried at us,
 			// the new head, while we were forwarding it, so the dedup
 			// table did not know it yet). Acknowledged, not applied again.
 			return s.chunkResp(ts, c), nil
+		}
+		// WriteAfterPending, WriteJoin: a pending version left at the head
+		// (its writer crashed, gave up or lost the chain) may already be
+		// committed further down: it is finished before a new version is
+		// built, never reused (if it holds this write, its commit answers
+		// it: WriteDone next).
+		if err := s.redriveHeld(ctx, ts, chainID, id, c, stale); err != nil {
+			return nil, err
 		}
 	}
 	cur := c.commitVer()
@@ -608,19 +614,17 @@ func (s *Service) applyChain(ctx context.Context, ts *tstate, chain proto.ChainI
 		u.ver = cur + 1
 	} else {
 		u.ver = ver
-		if !u.full {
-			switch checkDelta(cur, ver) { // the core's rule
-			case deltaDone:
-				// Already committed here (a retried forward): report our
-				// state; the predecessor compares the checksum and, if they
-				// differ, sends the whole chunk.
-				return s.chunkResp(ts, c), nil
-			case deltaMissing:
-				return nil, fmt.Errorf("%w: chunk %v on target %d is at v%d, update is v%d", proto.ErrMissingUpdate, id, ts.ID, cur, ver)
-			}
+		switch chain.CheckUpdate(cur, ver, u.full) { // the core's rule
+		case chain.DeltaDone:
+			// Already committed here (a retried forward): report our
+			// state; the predecessor compares the checksum and, if they
+			// differ, sends the whole chunk.
+			return s.chunkResp(ts, c), nil
+		case chain.DeltaMissing:
+			return nil, fmt.Errorf("%w: chunk %v on target %d is at v%d, update is v%d", proto.ErrMissingUpdate, id, ts.ID, cur, ver)
 		}
 	}
-	if ch := s.routing.Load().Chain(chain); ch != nil {
+	if ch := s.routing.Load().Chain(chainID); ch != nil {
 		u.chainVer = ch.Version
 	}
 	nv, durable, err := ts.prepareAsync(id, c, u)
@@ -632,7 +636,7 @@ func (s *Service) applyChain(ctx context.Context, ts *tstate, chain proto.ChainI
 	// acknowledgement still waits for both.
 	synced := make(chan error, 1)
 	go func() { synced <- durable() }()
-	err = s.forward(ctx, ts, chain, id, nv, u, tag)
+	err = s.forward(ctx, ts, chainID, id, nv, u, tag)
 	if serr := <-synced; serr != nil {
 		if !errors.Is(serr, proto.ErrNoSpace) {
 			s.diskError(ts, serr)
@@ -654,20 +658,6 @@ func (s *Service) applyChain(ctx context.Context, ts *tstate, chain proto.ChainI
 	return s.chunkResp(ts, c), nil
 }
 
-// The version check and the acknowledgement rule of every hop are the
-// core's (the parameter chain of applyChain and forward shadows the
-// package there).
-var (
-	checkDelta = chain.CheckDelta
-	checkAck   = chain.CheckAck
-)
-
-const (
-	deltaDone    = chain.DeltaDone
-	deltaMissing = chain.DeltaMissing
-	ackCommit    = chain.AckCommit
-)
-
 func (s *Service) chunkResp(ts *tstate, c *chunk) *proto.WriteResp {
 	ts.mu.Lock()
 	defer ts.mu.Unlock()
@@ -681,9 +671,10 @@ func (s *Service) chunkResp(ts *tstate, c *chunk) *proto.WriteResp {
 // forward sends the pending version nv to ts's current successor and waits
 // until it (and everything after it) committed, retrying through routing
 // changes for ForwardTimeout. It returns nil at once when ts is the tail.
-func (s *Service) forward(ctx context.Context, ts *tstate, chain proto.ChainID, id proto.ChunkID, nv *version, u update, tag proto.Tag) error {
+func (s *Service) forward(ctx context.Context, ts *tstate, chainID proto.ChainID, id proto.ChunkID, nv *version, u update, tag proto.Tag) error {
 	deadline := time.Now().Add(s.cfg.ForwardTimeout)
-	full := u.full
+	// The core decides delta or whole, and what each answer means.
+	fw := chain.NewForward(nv.ver, uint64(nv.checksum()), !u.full)
 	backoff := 5 * time.Millisecond
 	var lastErr error
 	for attempt := 0; ; attempt++ {
@@ -702,28 +693,29 @@ func (s *Service) forward(ctx context.Context, ts *tstate, chain proto.ChainID, 
 			backoff = min(backoff*2, 200*time.Millisecond)
 		}
 		r := s.routing.Load()
-		ch := r.Chain(chain)
+		ch := r.Chain(chainID)
 		if ch == nil {
-			return fmt.Errorf("%w: chain %d vanished", proto.ErrNoChain, chain)
+			return fmt.Errorf("%w: chain %d vanished", proto.ErrNoChain, chainID)
 		}
 		me, ok := ch.Target(ts.ID)
 		if !ok || (me.State != proto.Serving && me.State != proto.Syncing) || ts.ph() == phaseRestarting {
-			return fmt.Errorf("%w: target %d is %s in chain %d v%d", proto.ErrTargetOffline, ts.ID, me.State, chain, ch.Version)
+			return fmt.Errorf("%w: target %d is %s in chain %d v%d", proto.ErrTargetOffline, ts.ID, me.State, chainID, ch.Version)
 		}
 		if s.fenced.Load() {
 			// In-flight replication ends at a fence (mgmtdContact): it
 			// must not finish later under a routing that moved on.
 			return fmt.Errorf("%w: %s lost contact with mgmtd", proto.ErrTargetOffline, s.cfg.Name)
 		}
-		succ, ok := ch.Successor(ts.ID)
-		if !ok {
+		hop := fw.Next(ts.ID, ch)
+		if hop.Commit {
 			return nil // the tail commits first
 		}
+		succ := hop.To
 		req := proto.UpdateReq{
-			WriteReq:    proto.WriteReq{Tag: tag, Chain: chain, ChainVer: ch.Version, Chunk: id, Op: u.op, Off: u.off},
+			WriteReq:    proto.WriteReq{Tag: tag, Chain: chainID, ChainVer: ch.Version, Chunk: id, Op: u.op, Off: u.off},
 			Target:      succ.ID,
 			UpdateVer:   nv.ver,
-			FullReplace: full || succ.State == proto.Syncing,
+			FullReplace: hop.Whole,
 		}
 		data, crc := u.data, u.crc
 		if u.crcs == nil && len(data) > 0 {
@@ -733,8 +725,9 @@ func (s *Service) forward(ctx context.Context, ts *tstate, chain proto.ChainID, 
 			req.Tags = nv.tags
 		}
 		if req.FullReplace && !u.full && u.op != proto.OpRemove {
-			// A syncing successor (or one that missed updates) gets the
-			// whole chunk, so it converges whatever it held.
+			// A syncing successor (or one that missed updates, disagreed,
+			// or is new since the last send) gets the whole chunk, so it
+			// converges whatever it held.
 			if data, lastErr = ts.readVersion(id, nv, true); lastErr != nil {
 				return lastErr
 			}
@@ -755,26 +748,36 @@ func (s *Service) forward(ctx context.Context, ts *tstate, chain proto.ChainID, 
 			}
 		}
 		cancel()
-		if lastErr == nil {
-			if checkAck(nv.ver, uint64(nv.checksum()), resp.CommitVer, uint64(resp.Checksum)) == ackCommit {
-				return nil
-			}
-			lastErr = fmt.Errorf("%w: successor %d answered v%d sum %08x for v%d sum %08x", proto.ErrChecksum, succ.ID, resp.CommitVer, resp.Checksum, nv.ver, nv.checksum())
-			if !full {
-				full = true // replace its copy wholesale
-				continue
-			}
-			s.logf("forward chunk %v: %v", id, lastErr)
-			continue
-		}
-		if errors.Is(lastErr, proto.ErrMissingUpdate) {
-			full = true
-			continue
-		}
-		if errors.Is(lastErr, proto.ErrNoSpace) || errors.Is(lastErr, proto.ErrBadRequest) {
+		switch fw.OnAnswer(answerOf(lastErr, &resp)) {
+		case chain.StepCommit:
+			return nil
+		case chain.StepFail:
 			return lastErr
+		case chain.StepResend:
+			if lastErr == nil {
+				lastErr = fmt.Errorf("%w: successor %d answered v%d sum %08x for v%d sum %08x", proto.ErrChecksum, succ.ID, resp.CommitVer, resp.Checksum, nv.ver, nv.checksum())
+				if hop.Whole {
+					s.logf("forward chunk %v: %v", id, lastErr)
+				}
+			}
 		}
 	}
+}
+
+// answerOf classifies a successor's answer to an update for
+// chain.Forward.OnAnswer: its committed state, a missing update (a delta
+// that does not apply there), a refusal for good (no space, a bad
+// request), or a failure to try again.
+func answerOf(err error, resp *proto.WriteResp) chain.Answer {
+	switch {
+	case err == nil:
+		return chain.Answer{Kind: chain.AnswerOK, Ver: resp.CommitVer, Sum: uint64(resp.Checksum)}
+	case errors.Is(err, proto.ErrMissingUpdate):
+		return chain.Answer{Kind: chain.AnswerMissing}
+	case errors.Is(err, proto.ErrNoSpace) || errors.Is(err, proto.ErrBadRequest):
+		return chain.Answer{Kind: chain.AnswerRefused}
+	}
+	return chain.Answer{Kind: chain.AnswerFailed}
 }
 
 // readVersion reads a version's whole content (verified).

@@ -249,15 +249,11 @@ func (r *fileRef) mapping(size int64) []byte {
 	return r.mapped
 }
 
-// applied tells whether the client request tag made one of the chunk's
-// latest committed versions (version.tags).
-func (t *Target) applied(c *chunk, tag proto.Tag) bool {
-	if tag.Client == 0 {
-		return false
-	}
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return c.committed != nil && slices.Contains(c.committed.tags, tag)
+// hasTag tells whether the client request tag made version v or one of
+// the versions before it that v remembers (version.tags). The caller
+// holds the target's mutex.
+func hasTag(v *version, tag proto.Tag) bool {
+	return v != nil && tag.Client != 0 && slices.Contains(v.tags, tag)
 }
 
 // nextTags is the tag list of a version built on one with tags base by

@@ -21,7 +21,11 @@
 // chunk has one update in flight per hop, the next writes wait at the
 // head.
 //
-// NextPhase is the rejoin rule, shared with fs/storage.Service.
+// NextPhase is the rejoin rule, shared with fs/storage.Service; so are
+// the write path's per-chunk transitions (hop.go: CheckWrite at the
+// head, CheckUpdate at every hop, Forward from a pending version's first
+// send to its commit), which Replica takes too, a content being opaque
+// to them (a version and its checksum).
 //
 // A Replica is not safe for concurrent use; its owner serialises Step and
 // Ready. Slices in messages are owned by the receiver once sent.

@@ -62,9 +62,8 @@ type flight struct {
 type chunkState struct {
 	committed Version
 	pending   *Version
-	delta     uint64 // pending's delta on committed, when hasDelta
-	hasDelta  bool
-	forceFull bool      // the successor needs the whole content
+	delta     uint64    // pending's delta on committed, when fw.Delta
+	fw        Forward   // the forwarding of pending to the successor (hop.go)
 	clients   []waiter  // head: acknowledged when pending commits
 	up        *upstream // non-head: acknowledged when pending commits
 	inflight  *flight   // the one update or transfer awaiting the successor's ack
@@ -241,7 +240,8 @@ func (r *Replica) leave() {
 	r.phase = Restarting
 	r.sync = nil
 	for _, c := range r.chunks {
-		c.inflight, c.up, c.clients, c.queue, c.forceFull = nil, nil, nil, nil, false
+		c.inflight, c.up, c.clients, c.queue = nil, nil, nil, nil
+		c.fw.Whole, c.fw.ChainVer = false, 0
 	}
 }
 
@@ -304,18 +304,15 @@ func (r *Replica) tick() {
 		c := r.chunks[id]
 		switch {
 		case c.inflight != nil && (c.inflight.msg.ChainVer != ch.Version || r.now-c.inflight.sentAt >= r.cfg.RetryInterval):
-			if c.inflight.msg.ChainVer != ch.Version {
-				c.forceFull = true
-			}
 			if c.pending != nil {
-				r.forward(id, c)
+				r.forward(id, c) // whole if the chain changed (Forward.Next)
 			} else {
 				c.inflight = nil // a transfer: the resync plan resends it
 			}
 		case c.pending != nil && c.inflight == nil && r.isHead():
 			// Left pending by a crash or a lost chain: it may be committed
 			// further down, so it is finished (sent whole), never dropped.
-			c.forceFull = true
+			c.fw.Resend()
 			r.forward(id, c)
 		case c.pending == nil && len(c.queue) > 0 && r.isHead():
 			r.startQueued(id, c)
@@ -381,17 +378,19 @@ func (r *Replica) onWrite(m Msg) {
 		return
 	}
 	c := r.chunk(m.Chunk)
-	switch {
-	case hasReq(c.committed.Reqs, m.Req):
+	switch CheckWrite(hasReq(c.committed.Reqs, m.Req), c.pending != nil, c.pending != nil && hasReq(c.pending.Reqs, m.Req)) {
+	case WriteDone:
 		r.reply(m, Msg{Type: MsgWriteResp}) // a retry of a done write (Ver 0: applied at some earlier version)
 		return
-	case c.pending != nil && hasReq(c.pending.Reqs, m.Req):
+	case WriteJoin:
 		// Answered when the pending version commits: it holds the write.
 		// If an earlier version made it (a new head holds the newer
 		// pending version, not that one), the answer names no version.
 		c.clients = append(c.clients, waiter{m.From, m.Req, c.pending.Reqs[len(c.pending.Reqs)-1] != m.Req})
 		return
 	}
+	// WriteApply, or WriteAfterPending: queued; the first queued write is
+	// built when no version is pending.
 	for _, q := range c.queue {
 		if q.Req == m.Req {
 			return
@@ -414,7 +413,7 @@ func (r *Replica) startQueued(id uint64, c *chunkState) {
 	}
 	nv := Version{Ver: c.committed.Ver + 1, Val: Mix(c.committed.Val, m.Delta), Reqs: appendReq(c.committed.Reqs, m.Req)}
 	nv.Sum = Checksum(nv.Val)
-	c.pending, c.delta, c.hasDelta, c.forceFull = &nv, m.Delta, true, false
+	c.pending, c.delta, c.fw = &nv, m.Delta, NewForward(nv.Ver, nv.Val, true)
 	c.clients = []waiter{{client: m.From, req: m.Req}}
 	r.persist(Persist{Kind: PersistPending, Chunk: id, Version: nv})
 	r.forward(id, c)
@@ -431,15 +430,16 @@ func (r *Replica) forward(id uint64, c *chunkState) {
 		r.repair(id)
 		return
 	}
-	me, ch := r.me()
-	succ, ok := ch.Successor(me.ID)
-	if !ok {
+	_, ch := r.me()
+	c.fw.Ver, c.fw.Sum = c.pending.Ver, c.pending.Val // the content is its own checksum here
+	hop := c.fw.Next(r.cfg.ID, ch)
+	if hop.Commit {
 		r.commit(id, c)
 		return
 	}
 	r.seq++
-	u := Msg{Type: MsgUpdate, To: Addr(succ.ID), ChainVer: ch.Version, Seq: r.seq, Chunk: id, Ver: c.pending.Ver, Reqs: c.pending.Reqs}
-	if c.forceFull || !c.hasDelta || succ.State == proto.Syncing {
+	u := Msg{Type: MsgUpdate, To: Addr(hop.To.ID), ChainVer: ch.Version, Seq: r.seq, Chunk: id, Ver: c.pending.Ver, Reqs: c.pending.Reqs}
+	if hop.Whole {
 		u.Full, u.Val = true, c.pending.Val
 	} else {
 		u.Delta = c.delta
@@ -455,7 +455,7 @@ func (r *Replica) commit(id uint64, c *chunkState) {
 	if c.pending == nil {
 		return
 	}
-	c.committed, c.pending, c.inflight, c.hasDelta, c.forceFull = *c.pending, nil, nil, false, false
+	c.committed, c.pending, c.inflight, c.fw = *c.pending, nil, nil, Forward{}
 	r.persist(Persist{Kind: PersistCommit, Chunk: id})
 	for _, w := range c.clients {
 		if w.earlier {
@@ -507,7 +507,7 @@ func (r *Replica) onUpdate(m Msg) {
 		// as is, even over a higher one (never acknowledged: the head
 		// commits last); the predecessor's data wins.
 		v := Version{Ver: m.Ver, Val: m.Val, Sum: Checksum(m.Val), Reqs: reqs}
-		c.pending, c.inflight, c.up, c.clients, c.hasDelta, c.forceFull = &v, nil, nil, nil, false, false
+		c.pending, c.inflight, c.up, c.clients, c.fw = &v, nil, nil, nil, Forward{}
 		r.persist(Persist{Kind: PersistPending, Chunk: m.Chunk, Version: v})
 		r.commit(m.Chunk, c)
 		ack("")
@@ -517,14 +517,18 @@ func (r *Replica) onUpdate(m Msg) {
 		c.up = &upstream{m.From, m.Seq} // a resend of what we are forwarding
 		return
 	}
+	check := CheckUpdate(c.committed.Ver, m.Ver, m.Full)
+	if r.cfg.Bugs.SkipVersionCheck {
+		check = DeltaApply
+	}
 	var nv Version
 	switch {
 	case m.Full:
 		nv = Version{Ver: m.Ver, Val: m.Val}
-	case !r.cfg.Bugs.SkipVersionCheck && CheckDelta(c.committed.Ver, m.Ver) == DeltaDone:
+	case check == DeltaDone:
 		ack("") // committed here already: the predecessor compares
 		return
-	case !r.cfg.Bugs.SkipVersionCheck && CheckDelta(c.committed.Ver, m.Ver) == DeltaMissing:
+	case check == DeltaMissing:
 		ack("missing update")
 		return
 	case c.committed.Corrupt():
@@ -535,7 +539,7 @@ func (r *Replica) onUpdate(m Msg) {
 	}
 	nv.Sum, nv.Reqs = Checksum(nv.Val), reqs
 	c.pending, c.up, c.clients, c.inflight = &nv, &upstream{m.From, m.Seq}, nil, nil
-	c.delta, c.hasDelta, c.forceFull = m.Delta, !m.Full, false
+	c.delta, c.fw = m.Delta, NewForward(nv.Ver, nv.Val, !m.Full)
 	r.persist(Persist{Kind: PersistPending, Chunk: m.Chunk, Version: nv})
 	r.forward(m.Chunk, c)
 }
@@ -552,17 +556,29 @@ func (r *Replica) onAck(m Msg) {
 		c.inflight = nil
 		return
 	}
-	switch {
-	case m.Err == "missing update" || m.Err == "corrupt":
-		c.forceFull = true
-		r.forward(m.Chunk, c)
-	case m.Err != "":
-	case c.pending != nil && CheckAck(c.pending.Ver, c.pending.Val, m.Ver, m.Val) == AckCommit:
+	if c.pending == nil {
+		return
+	}
+	c.fw.Ver, c.fw.Sum = c.pending.Ver, c.pending.Val
+	switch c.fw.OnAnswer(answerOf(m)) {
+	case StepCommit:
 		r.commit(m.Chunk, c)
-	case c.pending != nil:
-		c.forceFull = true // it holds other data: replace it wholesale
+	case StepResend:
 		r.forward(m.Chunk, c)
 	}
+}
+
+// answerOf classifies an acknowledgement for Forward.OnAnswer.
+func answerOf(m Msg) Answer {
+	switch m.Err {
+	case "":
+		return Answer{Kind: AnswerOK, Ver: m.Ver, Sum: m.Val}
+	case "missing update":
+		return Answer{Kind: AnswerMissing}
+	case "corrupt":
+		return Answer{Kind: AnswerCorrupt}
+	}
+	return Answer{Kind: AnswerFailed}
 }
 
 func (r *Replica) onRead(m Msg) {
