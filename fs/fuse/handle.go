@@ -74,8 +74,16 @@ func (n *node) Open(_ context.Context, flags uint32) (gofs.FileHandle, uint32, s
 			}
 		}
 		h := &readHandle{n: n, f: f, opened: time.Now()}
+		// The version of the file opened: the LOOKUP's, or, opened anew
+		// (the kernel sent no LOOKUP: its entry was still valid), the
+		// file's own.
 		v, vOK := versionOf(st)
-		vOK = vOK && ok && !direct
+		if fi, isInfo := f.(fs.InfoFile); !ok && isInfo {
+			v, vOK = versionOf(fi.Info())
+		} else if !ok {
+			vOK = false
+		}
+		vOK = vOK && !direct
 		if s.opts.ReadAhead > 0 && vOK && n.kernelHolds(v) {
 			// An earlier open stored this very file in the kernel's
 			// cache and nothing changed since: keep it, fetch nothing. A

@@ -56,12 +56,23 @@ type fileVersion struct {
 }
 
 // versionOf is st's version; false when the backend does not say enough
-// (no inode number or change time) to tell two versions apart.
+// (no inode number or modification time) to tell two versions apart.
 func versionOf(st fs.FileInfo) (fileVersion, bool) {
-	if st.Ino == 0 || st.CTime.IsZero() || st.ModTime.IsZero() {
+	if st.Ino == 0 || st.ModTime.IsZero() {
 		return fileVersion{}, false
 	}
 	return fileVersion{ino: st.Ino, size: st.Size, mtime: st.ModTime, ctime: st.CTime}, true
+}
+
+// same: v and w are one version. A change time counts when both know it
+// (a directory listing, which answers most lookups with a metadata
+// cache, carries none): a rewrite in place that keeps the length and
+// sets the old mtime back is then told by the change time only when both
+// descriptions came from a stat. (The kernel itself drops a file's pages
+// when a lookup reports another mtime or length.)
+func (v fileVersion) same(w fileVersion) bool {
+	return v.ino == w.ino && v.size == w.size && v.mtime.Equal(w.mtime) &&
+		(v.ctime.IsZero() || w.ctime.IsZero() || v.ctime.Equal(w.ctime))
 }
 
 // stopStores ends the node's stores in flight (waiting for a piece being
@@ -92,7 +103,7 @@ func (n *node) stopStores(ctx context.Context) {
 func (n *node) kernelHolds(v fileVersion) bool {
 	kc := &n.kc
 	kc.mu.Lock()
-	holds := kc.verOK && kc.complete && kc.ver == v
+	holds := kc.verOK && kc.complete && kc.ver.same(v)
 	kc.mu.Unlock()
 	if !holds {
 		return false
@@ -125,7 +136,7 @@ func (h *readHandle) startStore(ctx context.Context, v fileVersion, vOK bool) ui
 	}
 	kc := &n.kc
 	kc.mu.Lock()
-	same := vOK && kc.verOK && kc.ver == v
+	same := vOK && kc.verOK && kc.ver.same(v)
 	kc.mu.Unlock()
 	if !same {
 		// Pages of another version, or of unknown ones: stop the stores
@@ -155,7 +166,7 @@ func (h *readHandle) startStore(ctx context.Context, v fileVersion, vOK bool) ui
 		defer s.wg.Done()
 		complete := h.store(blocks, gen, stopped)
 		kc.mu.Lock()
-		if complete && kc.gen == gen && kc.verOK && kc.ver == v {
+		if complete && kc.gen == gen && kc.verOK && kc.ver.same(v) {
 			kc.complete = true
 		}
 		if kc.live--; kc.live == 0 {

@@ -188,4 +188,17 @@ func keptCacheCluster(t *testing.T, c *testCluster) {
 		t.Fatal(err)
 	}
 	check("after a rewrite with the old mtime by another client")
+
+	// With cached names the kernel sends no LOOKUP before most opens:
+	// the open tells the version from the file it opened.
+	mnt2, srv2 := mount(t, c.fs, "/kc", fuse.Options{AttrTimeout: time.Hour})
+	p = filepath.Join(mnt2, "f")
+	check("first read, names cached")
+	eventually(t, "an open without a LOOKUP that keeps the cache", func() error {
+		check("reread, names cached")
+		if st := srv2.Stats(); st.KeptFiles == 0 {
+			return fmt.Errorf("no open kept the cache: %+v", st)
+		}
+		return nil
+	})
 }
