@@ -176,7 +176,9 @@ func (ra *readahead) result(off int64, n int) (gofuse.ReadResult, bool) {
 		}
 		b.readers++
 		b.used = true
-		b.markServed(max(off, b.off)-b.off, min(end, b.off+int64(len(b.buf)))-b.off)
+		if ra.whole { // for the store of the fetch (kcache.go)
+			b.markServed(max(off, b.off)-b.off, min(end, b.off+int64(len(b.buf)))-b.off)
+		}
 		need = append(need, b)
 	}
 	ra.served += int64(n)
