@@ -135,6 +135,14 @@ type InfoOpener interface {
 	OpenInfo(name string, fi FileInfo, opts OpenOptions) (File, bool)
 }
 
+// InfoFile is a File that describes the file it opened, as of its open,
+// with no round trip (the FUSE mount tells by it whether the kernel's
+// cached pages are of the same version).
+type InfoFile interface {
+	File
+	Info() FileInfo
+}
+
 // AttrChange changes a file's permission bits, owner and times; nil
 // fields stay.
 type AttrChange struct {

@@ -308,9 +308,14 @@ type file struct {
 	direct bool        // fs.OpenOptions.Direct
 }
 
-func (r *file) Size() int64  { return r.inode.Size }
-func (r *file) Name() string { return r.name }
-func (r *file) Close() error { return nil }
+var _ fs.InfoFile = (*file)(nil)
+
+func (r *file) Size() int64 { return r.inode.Size }
+
+// Info describes the file as of its open (the inode it read).
+func (r *file) Info() fs.FileInfo { return info(r.name, r.inode) }
+func (r *file) Name() string      { return r.name }
+func (r *file) Close() error      { return nil }
 
 // span is one chunk read and what the file's length says it must hold.
 type span struct {

@@ -16,9 +16,8 @@
 // written through the mount is visible to every other client (FLUSH calls
 // fs.WriteFile.Flush), and open(2) sees the latest committed state (entry
 // and attribute timeouts default to 0, so the kernel revalidates the path on
-// open, and files are opened without FOPEN_KEEP_CACHE, so stale pages are
-// dropped, unless the open has just stored the whole current file in the
-// kernel's cache). Options.AttrTimeout trades this for fewer metadata round trips:
+// open, and an open drops the kernel's cached pages of the file unless they
+// are of the very version it opens: kcache.go). Options.AttrTimeout trades this for fewer metadata round trips:
 // names, attributes, missing names and listings are then cached for that
 // long by the kernel and by the mount (metacache.go), this mount's own
 // changes are seen at once and other clients' within AttrTimeout, and
@@ -41,11 +40,13 @@
 //     while the storage works on the next blocks. Its buffers sit on
 //     transparent huge pages (arena.go) and replies are written from them.
 //     O_DIRECT reads bypass the kernel's read-ahead: this one carries them.
-//   - A small file opened for reading is fetched whole (Options.ReadWhole)
-//     and written into the kernel's page cache before the open returns
-//     (FUSE_NOTIFY_STORE, then FOPEN_KEEP_CACHE): its reads, in any
-//     order, need no round trip through the mount. An open that cannot
-//     store the whole file as it is now lets the kernel drop its cache.
+//   - A small file opened for reading is fetched whole (Options.ReadWhole;
+//     its chunks read with O_DIRECT, as it is cached once, here) and the
+//     open returns at once (FOPEN_KEEP_CACHE): each piece is written into
+//     the kernel's page cache as it arrives (FUSE_NOTIFY_STORE), and the
+//     reads of pages not stored yet are served from the same fetch. The
+//     next open of the unchanged file (inode, length, mtime and ctime) keeps
+//     those pages and fetches nothing (kcache.go).
 //   - Writes are gathered per open file into aligned 4 MiB windows
 //     (Options.WriteBuffer) and stored in the background, a few at once
 //     (Options.WriteBehind), in order; everything is stored before close,

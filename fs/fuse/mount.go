@@ -79,8 +79,9 @@ type Options struct {
 	// kernel's default (128 KiB).
 	KernelReadAhead int
 	// NoStoreCache: a file fetched whole at open is not written into the
-	// kernel's page cache (FUSE_NOTIFY_STORE) before the open returns;
-	// its reads then each come to the mount. Default false.
+	// kernel's page cache (FUSE_NOTIFY_STORE) as it arrives, and no open
+	// keeps the kernel's cache: its reads then each come to the mount.
+	// Default false.
 	NoStoreCache bool
 	// WriteBuffer is the write-behind window of a file open for writing:
 	// writes inside an aligned window of this size are gathered and stored
@@ -178,8 +179,11 @@ type Stats struct {
 	// WholeFiles counts the files fetched whole at open (ReadWhole).
 	WholeFiles int64 `json:"whole_files"`
 	// StoredFiles counts the files written whole into the kernel's page
-	// cache at open (Options.NoStoreCache).
+	// cache after their open (Options.NoStoreCache).
 	StoredFiles int64 `json:"stored_files"`
+	// KeptFiles counts the opens that kept the kernel's cache of a file
+	// stored by an earlier open and unchanged since (no fetch).
+	KeptFiles int64 `json:"kept_files"`
 	// OpensFromLookup counts the opens that used the answer of the
 	// LOOKUP before them (no metadata round trip of their own).
 	OpensFromLookup int64 `json:"opens_from_lookup"`
@@ -223,7 +227,7 @@ type Server struct {
 		reads, readBytes, writes, writeBytes, batches, batchedReads    atomic.Int64
 		raHits, raBytes, raWaits, raWaitNanos, raWasted, errors        atomic.Int64
 		wholeFiles, openLooked, prefetched, prefetchUsed, createsAsync atomic.Int64
-		storedFiles                                                    atomic.Int64
+		storedFiles, keptFiles                                         atomic.Int64
 	}
 
 	// stopLogged: a call failed because the mount is stopping (logged once).
@@ -376,6 +380,7 @@ func (s *Server) Stats() Stats {
 		ReadAheadWasted:      s.stats.raWasted.Load(),
 		WholeFiles:           s.stats.wholeFiles.Load(),
 		StoredFiles:          s.stats.storedFiles.Load(),
+		KeptFiles:            s.stats.keptFiles.Load(),
 		OpensFromLookup:      s.stats.openLooked.Load(),
 		FilesPrefetched:      s.stats.prefetched.Load(),
 		PrefetchesUsed:       s.stats.prefetchUsed.Load(),

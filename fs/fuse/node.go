@@ -73,6 +73,8 @@ type node struct {
 	// before it reached the storage, has reached it (see createAsync);
 	// nil when none is in flight. Guarded by mu.
 	landing chan struct{}
+	// kc tracks the node's pages in the kernel's cache (kcache.go).
+	kc kernelCache
 }
 
 var (
@@ -529,6 +531,7 @@ func (n *node) storeWrites() error {
 }
 
 func (n *node) truncate(ctx context.Context, size int64) syscall.Errno {
+	n.stopStores(ctx)
 	n.waitClosed(ctx)
 	n.mu.Lock()
 	wf, wb, seq := n.wf, n.wb, n.seq

@@ -48,6 +48,12 @@ const (
 	prefetchDirs = 64
 )
 
+// fetchesWhole: a file of size bytes opened for reading is fetched whole
+// (Options.ReadWhole).
+func (s *Server) fetchesWhole(size int64) bool {
+	return s.opts.ReadAhead > 0 && size > 0 && size <= s.opts.ReadWhole
+}
+
 func newPrefetcher() *prefetcher {
 	return &prefetcher{last: map[string]string{}, files: map[string]*prefetchedFile{}}
 }
@@ -86,7 +92,7 @@ func (s *Server) prefetchAfter(p string) {
 		if _, have := pf.files[q]; have || fi.Sys == nil || fi.IsDir || fi.Kind != 0 || fi.Size <= 0 || fi.Size > s.opts.ReadWhole {
 			continue
 		}
-		f, ok := io.OpenInfo(q, fi, fs.OpenOptions{})
+		f, ok := io.OpenInfo(q, fi, fs.OpenOptions{Direct: true}) // as openLooked
 		if !ok {
 			continue
 		}

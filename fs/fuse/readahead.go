@@ -70,6 +70,9 @@ type raBlock struct {
 
 	fetched bool // guarded by readahead.mu
 	used    bool // served a read; guarded by readahead.mu
+	// served has a bit per page of buf that a read was served from (the
+	// kernel has the page then); guarded by readahead.mu.
+	served  []uint64
 	dropped bool // guarded by readahead.mu
 	readers int  // readers copying out; guarded by readahead.mu
 	token   bool // holds a token of Server.raSem (else its whole-file fetch does)
@@ -173,6 +176,9 @@ func (ra *readahead) result(off int64, n int) (gofuse.ReadResult, bool) {
 		}
 		b.readers++
 		b.used = true
+		if ra.whole { // for the store of the fetch (kcache.go)
+			b.markServed(max(off, b.off)-b.off, min(end, b.off+int64(len(b.buf)))-b.off)
+		}
 		need = append(need, b)
 	}
 	ra.served += int64(n)
@@ -250,38 +256,56 @@ func (ra *readahead) isWhole() bool {
 	return ra.whole && !ra.closed
 }
 
-// wholeBlocks waits for a whole-file fetch and returns its blocks in
-// order, each held until the caller releases them (release); false if
-// the fetch failed, ctx ended, or the window was closed.
-func (ra *readahead) wholeBlocks(ctx context.Context) ([]*raBlock, bool) {
+// markServed records that a read was served from buf[lo:hi] (the kernel
+// reads whole pages: a partly read page counts as read).
+func (b *raBlock) markServed(lo, hi int64) {
+	pages := (int64(len(b.buf)) + pageSize - 1) / pageSize
+	if b.served == nil {
+		b.served = make([]uint64, (pages+63)/64)
+	}
+	for p := lo / pageSize; p < (hi+pageSize-1)/pageSize && p < pages; p++ {
+		b.served[p/64] |= 1 << (p % 64)
+	}
+}
+
+// servedWhole: reads were served from every page of b: the kernel has
+// its pages already.
+func (ra *readahead) servedWhole(b *raBlock) bool {
 	ra.mu.Lock()
+	defer ra.mu.Unlock()
+	pages := (int64(len(b.buf)) + pageSize - 1) / pageSize
+	if b.served == nil {
+		return pages == 0
+	}
+	for p := range pages {
+		if b.served[p/64]&(1<<(p%64)) == 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// holdWhole returns the blocks of a whole-file fetch in order, each held
+// (fetched or not) until the caller releases them (release); false if
+// the window was closed or is not a whole-file fetch.
+func (ra *readahead) holdWhole() ([]*raBlock, bool) {
+	ra.mu.Lock()
+	defer ra.mu.Unlock()
 	if ra.closed || !ra.whole {
-		ra.mu.Unlock()
 		return nil, false
 	}
 	var bs []*raBlock
 	for o := int64(0); o < ra.size; o += ra.bs {
 		b, ok := ra.blocks[o]
 		if !ok {
-			ra.mu.Unlock()
-			ra.release(bs, false)
+			for _, b := range bs {
+				b.readers--
+				ra.maybeFreeLocked(b)
+			}
 			return nil, false
 		}
 		b.readers++
 		bs = append(bs, b)
-	}
-	ra.mu.Unlock()
-	for _, b := range bs {
-		select {
-		case <-b.done:
-		case <-ctx.Done():
-			ra.release(bs, false)
-			return nil, false
-		}
-		if b.err != nil {
-			ra.release(bs, true)
-			return nil, false
-		}
 	}
 	return bs, true
 }
