@@ -186,21 +186,47 @@ func HopVotes(hops []Hop, fresh []Hop, at time.Time, p SlowParams) []LatencyVote
 		}
 		return [2]end{from, {node: k.to}}
 	}
-	// bestOther is the fastest hop of e other than k (0: none).
-	bestOther := func(e end, k key) time.Duration {
-		best := time.Duration(0)
-		for k2, h := range latest {
-			if k2 == k || h.Link <= 0 {
-				continue
+	// The two fastest hops of every end, so that bestOther, the fastest
+	// hop of an end other than a given one, takes no second pass.
+	type fast struct {
+		k    [2]key
+		d    [2]time.Duration
+		have int
+	}
+	two := map[end]*fast{}
+	for k, h := range latest {
+		if h.Link <= 0 {
+			continue
+		}
+		d := time.Duration(h.Link)
+		for _, e := range ends(k) {
+			f := two[e]
+			if f == nil {
+				f = &fast{}
+				two[e] = f
 			}
-			if es := ends(k2); es[0] != e && es[1] != e {
-				continue
-			}
-			if d := time.Duration(h.Link); best == 0 || d < best {
-				best = d
+			switch {
+			case f.have == 0 || d < f.d[0]:
+				f.k[1], f.d[1] = f.k[0], f.d[0]
+				f.k[0], f.d[0] = k, d
+				f.have = min(f.have+1, 2)
+			case f.have == 1 || d < f.d[1]:
+				f.k[1], f.d[1] = k, d
+				f.have = 2
 			}
 		}
-		return best
+	}
+	bestOther := func(e end, k key) time.Duration {
+		f := two[e]
+		switch {
+		case f == nil:
+			return 0
+		case f.k[0] != k:
+			return f.d[0]
+		case f.have == 2:
+			return f.d[1]
+		}
+		return 0
 	}
 	fastest := time.Duration(0)
 	own := map[proto.NodeID]time.Duration{}
