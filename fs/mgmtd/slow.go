@@ -142,8 +142,9 @@ type Hop struct {
 
 // HopVotes judges, from the write path's hop reports, every storage node
 // that is an end of a hop in fresh (the report that just arrived); hops
-// holds every report kept (fresh included, any order). Only the latest
-// report of each hop (reporter, from, to) within Window counts.
+// holds every report kept (fresh included, any order). Of each hop
+// (reporter, from, to) the latest two reports within Window count, with
+// the lesser of their times.
 //
 // A hop's network time (Link) is evidence against both its ends. A hop is
 // slow when its time is above Floor and Factor times the fastest hop's.
@@ -164,15 +165,37 @@ func HopVotes(hops []Hop, fresh []Hop, at time.Time, p SlowParams) []LatencyVote
 		reporter uint64
 		from, to proto.NodeID
 	}
-	latest := map[key]Hop{}
-	for _, h := range hops {
+	// The latest two reports of every hop; the hop counts with the lesser
+	// of each time (below).
+	type pair struct{ last, prev *Hop }
+	recent := map[key]*pair{}
+	for i := range hops {
+		h := &hops[i]
 		if at.Sub(h.At) > p.Window || h.At.After(at) {
 			continue
 		}
 		k := key{h.Reporter, h.From, h.To}
-		if l, ok := latest[k]; !ok || !h.At.Before(l.At) {
-			latest[k] = h
+		r := recent[k]
+		switch {
+		case r == nil:
+			recent[k] = &pair{last: h}
+		case !h.At.Before(r.last.At):
+			r.prev, r.last = r.last, h
+		case r.prev == nil || !h.At.Before(r.prev.At):
+			r.prev = h
 		}
+	}
+	// A hop's time is the lesser of its latest two reports': a node that
+	// is slow is slow in both, while requests that waited out a pause
+	// all end at once, in one report, and an idle hop's last report would
+	// otherwise stand for the whole window.
+	latest := map[key]Hop{}
+	for k, r := range recent {
+		h := *r.last
+		if r.prev != nil {
+			h.Link, h.Own = lesser(h.Link, r.prev.Link), lesser(h.Own, r.prev.Own)
+		}
+		latest[k] = h
 	}
 	// An end is a node, or a client (node 0) told apart by its id.
 	type end struct {
@@ -299,6 +322,14 @@ func HopVotes(hops []Hop, fresh []Hop, at time.Time, p SlowParams) []LatencyVote
 		out = append(out, v)
 	}
 	return out
+}
+
+// lesser is the lesser of two times of which 0 means unknown.
+func lesser(a, b int64) int64 {
+	if a <= 0 || b <= 0 {
+		return max(a, b)
+	}
+	return min(a, b)
 }
 
 // SlowNodes returns, sorted, the nodes that votes (any order) show
