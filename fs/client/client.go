@@ -60,6 +60,9 @@ type Client struct {
 	seq      atomic.Uint64
 
 	nodes sync.Map // proto.NodeID -> *nodeLoad, read on every span of every read
+	// hops: writes' round trips to chain heads since the last report to
+	// mgmtd (failover.go).
+	hops proto.HopMeter
 
 	refreshMu sync.Mutex // one routing fetch at a time
 	// mgmtdNext is the index in mgmtd of the address that answered last:
@@ -486,7 +489,11 @@ func (c *Client) update(ctx context.Context, what string, req proto.WriteReq, da
 		}
 		req.ChainVer = ch.Version
 		var resp proto.WriteResp
+		sent := time.Now()
 		_, err = c.call(ctx, r, head.Node, proto.MWrite, req, [][]byte{data}, &resp)
+		if err == nil {
+			c.hops.Sample(0, head.Node, time.Since(sent), &resp) // for mgmtd (failover.go)
+		}
 		return headErr(r, ch, head, err)
 	})
 }

@@ -42,6 +42,9 @@ import (
 //     the next routing request (every RefreshInterval, and at Close), so
 //     mgmtd can take a persistently slow node out of its chains
 //     (fs/mgmtd/slow.go); only what changed since the last report is sent.
+//     Writes report too: each one's round trip to its chain head, split
+//     into the network's part and the head's own work (proto.HopLatency),
+//     so a node slow to forward is found when nobody reads.
 //   - Writes can only enter at a chain's head: a head this client cannot
 //     reach is retried (with a routing refresh each time) until mgmtd
 //     changes the chain or the retry window ends; the error then names the
@@ -180,8 +183,8 @@ func hedgeAfter(others []hedgeSample, bytes int64) time.Duration {
 }
 
 // latencyReport collects, for mgmtd, every node's latency average sampled
-// since the last report and the reads hedged away from it since then;
-// nil when there is nothing new.
+// since the last report and the reads hedged away from it since then,
+// and the writes' hops; nil when there is nothing new.
 func (c *Client) latencyReport() *proto.RoutingReq {
 	now := time.Now().UnixNano()
 	var rep []proto.NodeLatency
@@ -197,8 +200,12 @@ func (c *Client) latencyReport() *proto.RoutingReq {
 		}
 		return true
 	})
+	hops := c.hops.Report()
 	if len(rep) == 0 {
-		return nil
+		if hops == nil {
+			return nil
+		}
+		return &proto.RoutingReq{Client: c.clientID, Hops: hops}
 	}
 	// A node that answered nothing new still serves as the others' scale.
 	c.nodes.Range(func(k, v any) bool {
@@ -212,7 +219,7 @@ func (c *Client) latencyReport() *proto.RoutingReq {
 		return true
 	})
 	slices.SortFunc(rep, func(a, b proto.NodeLatency) int { return int(a.Node) - int(b.Node) })
-	return &proto.RoutingReq{Client: c.clientID, Latency: rep}
+	return &proto.RoutingReq{Client: c.clientID, Latency: rep, Hops: hops}
 }
 
 // avoid reports whether reads should pass this node over when another

@@ -164,9 +164,11 @@ type Server struct {
 	mStale     prometheus.Counter
 	mSlowOut   prometheus.Counter
 	mSlowNodes prometheus.Gauge
-	// votes are the clients' recent latency votes (slow.go), oldest
-	// first; guarded by mu.
+	// votes are the recent latency votes of clients and storage nodes
+	// (slow.go), oldest first; hops the write path's hop reports they
+	// came from (HopVotes), oldest first. Guarded by mu.
 	votes []LatencyVote
+	hops  []Hop
 	// excl: slow nodes out of their chains, and the memory of past
 	// exclusions (loop goroutine only, under pubMu).
 	excl map[proto.NodeID]Exclusion
@@ -341,8 +343,13 @@ func (s *Server) handle(ctx context.Context, req *transport.Request) (any, [][]b
 		return s.heartbeat(ctx, &hb)
 	case proto.MGetRouting:
 		var rr proto.RoutingReq
-		if err := req.Decode(&rr); err == nil && len(rr.Latency) > 0 {
-			s.takeLatency(&rr)
+		if err := req.Decode(&rr); err == nil {
+			if len(rr.Latency) > 0 {
+				s.takeLatency(&rr)
+			}
+			if len(rr.Hops) > 0 {
+				s.takeHops(rr.Client, rr.Hops)
+			}
 		}
 		r := s.Routing()
 		s.addMeta(ctx, r)
@@ -404,6 +411,9 @@ func (s *Server) heartbeat(ctx context.Context, hb *proto.HeartbeatReq) (any, []
 	n.Addr = hb.Addr
 	r := s.routing
 	s.mu.Unlock()
+	if len(hb.Hops) > 0 {
+		s.takeHops(uint64(hb.Node), hb.Hops)
+	}
 	if hb.Known == r.Version {
 		return proto.HeartbeatResp{}, nil, nil
 	}
@@ -425,12 +435,47 @@ func (s *Server) takeLatency(rr *proto.RoutingReq) {
 			known = append(known, l)
 		}
 	}
-	// Forget votes out of the window, and keep at most maxVotes.
+	s.addVotesLocked(Votes(known, rr.Client, now, p), now, p)
+}
+
+// addVotesLocked adds votes, forgetting those out of the window and
+// keeping at most maxVotes. Caller holds mu.
+func (s *Server) addVotesLocked(votes []LatencyVote, now time.Time, p SlowParams) {
 	i := 0
 	for i < len(s.votes) && (now.Sub(s.votes[i].At) > p.Window || len(s.votes)-i > maxVotes) {
 		i++
 	}
-	s.votes = append(s.votes[i:], Votes(known, rr.Client, now, p)...)
+	s.votes = append(s.votes[i:], votes...)
+}
+
+// takeHops records a write-path hop report (a client's writes, reporter
+// its id, or a storage node's forwards, reporter the node) and the votes
+// it gives (HopVotes).
+func (s *Server) takeHops(reporter uint64, rep []proto.HopLatency) {
+	if s.opts.Slow.Off() {
+		return
+	}
+	now := time.Now()
+	p := s.opts.Slow.withDefaults()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var fresh []Hop
+	for _, h := range rep {
+		_, to := s.nodes[h.To]
+		_, from := s.nodes[h.From]
+		if to && (from || h.From == 0) {
+			fresh = append(fresh, Hop{HopLatency: h, Reporter: reporter, At: now})
+		}
+	}
+	if len(fresh) == 0 {
+		return
+	}
+	i := 0
+	for i < len(s.hops) && (now.Sub(s.hops[i].At) > p.Window || len(s.hops)-i > maxVotes) {
+		i++
+	}
+	s.hops = append(s.hops[i:], fresh...)
+	s.addVotesLocked(HopVotes(s.hops, fresh, now, p), now, p)
 }
 
 // maxVotes bounds the latency votes mgmtd keeps (clients report on every
@@ -599,7 +644,7 @@ func (s *Server) slowNodes(r *proto.Routing, local map[proto.TargetID]proto.Loca
 		if len(lat) > 5 {
 			lat, base = lat[len(lat)-5:], base[len(base)-5:]
 		}
-		s.opts.Logf("mgmtd: node %d is slow (clients' reads took %v against %v on the fastest other node): taking its targets out of their chains until %s (exclusion %d in a row)",
+		s.opts.Logf("mgmtd: node %d is slow (reads from it or write hops through it took %v against %v on the fastest other node): taking its targets out of their chains until %s (exclusion %d in a row)",
 			id, lat, base, next[id].Until.Format("15:04:05.000"), next[id].Count)
 		s.mSlowOut.Inc()
 	}

@@ -10,10 +10,16 @@ import (
 // Slow nodes (issue 16). A storage service that answers heartbeats but
 // serves slowly (a throttled or congested link, a failing disk) paces
 // every write of every chain it is in, and mgmtd sees nothing wrong from
-// its heartbeats. Clients do see it: each one keeps the recent read round
-// trip of every storage node it reads from, and sends it with its routing
-// requests (proto.RoutingReq). mgmtd turns each report into votes (Votes),
-// finds the nodes that have been persistently slower than their peers
+// its heartbeats. Clients and peers do see it. Readers keep the recent
+// read round trip of every storage node they read from, and send it with
+// their routing requests (proto.RoutingReq); mgmtd turns each report into
+// votes (Votes). Writers and storage nodes measure the write path hop by
+// hop (proto.HopLatency: a client's write to a chain head, a node's
+// forward to its successor, each split into the network's part and the
+// answering node's own work) and send it with their routing requests and
+// heartbeats; mgmtd judges every node by all recent hops it is an end of
+// (HopVotes), so a node slow to forward or to acknowledge is found when
+// nobody reads. From the votes of both kinds mgmtd finds the nodes that have been persistently slower than their peers
 // (SlowNodes), and takes one such node's targets out of their chains for
 // a while (NextExclusions): they go offline, their chains serve on with
 // the other members at their speed, and when the hold ends the targets
@@ -124,6 +130,206 @@ func Votes(rep []proto.NodeLatency, reporter uint64, at time.Time, p SlowParams)
 		out = append(out, v)
 	}
 	return out
+}
+
+// Hop is one hop report as mgmtd keeps it: who sent it (a client's id,
+// or a storage node's id for its forwards) and when it arrived.
+type Hop struct {
+	proto.HopLatency
+	Reporter uint64
+	At       time.Time
+}
+
+// HopVotes judges, from the write path's hop reports, every storage node
+// that is an end of a hop in fresh (the report that just arrived); hops
+// holds every report kept (fresh included, any order). Of each hop
+// (reporter, from, to) the latest two reports within Window count, with
+// the lesser of their times.
+//
+// A hop's network time (Link) is evidence against both its ends. A hop is
+// slow when its time is above Floor and Factor times the fastest hop's.
+// Of a slow hop's two ends, the one that has another hop at least twice
+// as fast as every other hop of the other end is cleared (its link works:
+// a node throttled on its way out is slow on the hop it forwards on, and
+// its acknowledgements on the hop into it wait behind that traffic, while
+// its neighbours have fast hops elsewhere) and the other end is blamed; a
+// slow hop whose ends cannot be told apart blames nobody. A client end is
+// a client, never blamed, whose other hops are its other writes. A node is
+// also slow when its own time (the least its predecessors saw it spend on
+// its own work: disk, CPU) is above Floor and Factor times the fastest
+// other node's. Every node of fresh gets a vote, slow if it is blamed or
+// its own time is slow. Pure.
+func HopVotes(hops []Hop, fresh []Hop, at time.Time, p SlowParams) []LatencyVote {
+	p = p.withDefaults()
+	type key struct {
+		reporter uint64
+		from, to proto.NodeID
+	}
+	// The latest two reports of every hop; the hop counts with the lesser
+	// of each time (below).
+	type pair struct{ last, prev *Hop }
+	recent := map[key]*pair{}
+	for i := range hops {
+		h := &hops[i]
+		if at.Sub(h.At) > p.Window || h.At.After(at) {
+			continue
+		}
+		k := key{h.Reporter, h.From, h.To}
+		r := recent[k]
+		switch {
+		case r == nil:
+			recent[k] = &pair{last: h}
+		case !h.At.Before(r.last.At):
+			r.prev, r.last = r.last, h
+		case r.prev == nil || !h.At.Before(r.prev.At):
+			r.prev = h
+		}
+	}
+	// A hop's time is the lesser of its latest two reports': a node that
+	// is slow is slow in both, while requests that waited out a pause
+	// all end at once, in one report, and an idle hop's last report would
+	// otherwise stand for the whole window.
+	latest := map[key]Hop{}
+	for k, r := range recent {
+		h := *r.last
+		if r.prev != nil {
+			h.Link, h.Own = lesser(h.Link, r.prev.Link), lesser(h.Own, r.prev.Own)
+		}
+		latest[k] = h
+	}
+	// An end is a node, or a client (node 0) told apart by its id.
+	type end struct {
+		node   proto.NodeID
+		client uint64
+	}
+	ends := func(k key) [2]end {
+		from := end{node: k.from}
+		if k.from == 0 {
+			from.client = k.reporter
+		}
+		return [2]end{from, {node: k.to}}
+	}
+	// The two fastest hops of every end, so that bestOther, the fastest
+	// hop of an end other than a given one, takes no second pass.
+	type fast struct {
+		k    [2]key
+		d    [2]time.Duration
+		have int
+	}
+	two := map[end]*fast{}
+	for k, h := range latest {
+		if h.Link <= 0 {
+			continue
+		}
+		d := time.Duration(h.Link)
+		for _, e := range ends(k) {
+			f := two[e]
+			if f == nil {
+				f = &fast{}
+				two[e] = f
+			}
+			switch {
+			case f.have == 0 || d < f.d[0]:
+				f.k[1], f.d[1] = f.k[0], f.d[0]
+				f.k[0], f.d[0] = k, d
+				f.have = min(f.have+1, 2)
+			case f.have == 1 || d < f.d[1]:
+				f.k[1], f.d[1] = k, d
+				f.have = 2
+			}
+		}
+	}
+	bestOther := func(e end, k key) time.Duration {
+		f := two[e]
+		switch {
+		case f == nil:
+			return 0
+		case f.k[0] != k:
+			return f.d[0]
+		case f.have == 2:
+			return f.d[1]
+		}
+		return 0
+	}
+	fastest := time.Duration(0)
+	own := map[proto.NodeID]time.Duration{}
+	for _, h := range latest {
+		if d := time.Duration(h.Link); d > 0 && (fastest == 0 || d < fastest) {
+			fastest = d
+		}
+		if d := time.Duration(h.Own); h.To != 0 && d > 0 {
+			if o, ok := own[h.To]; !ok || d < o {
+				own[h.To] = d
+			}
+		}
+	}
+	slowOver := func(d, base time.Duration) bool {
+		return base > 0 && d > p.Floor && float64(d) > p.Factor*float64(base)
+	}
+	type verdict struct{ lat, base time.Duration }
+	blamed := map[proto.NodeID]verdict{}
+	for k, h := range latest {
+		lat := time.Duration(h.Link)
+		if !slowOver(lat, fastest) {
+			continue
+		}
+		es := ends(k)
+		b0, b1 := bestOther(es[0], k), bestOther(es[1], k)
+		var culprit end
+		var base time.Duration
+		switch {
+		case b0 > 0 && (b1 == 0 || b1 >= 2*b0):
+			culprit, base = es[1], b0
+		case b1 > 0 && (b0 == 0 || b0 >= 2*b1):
+			culprit, base = es[0], b1
+		default:
+			continue // cannot tell which end
+		}
+		if culprit.node == 0 {
+			continue // a client's own link: not a storage node's fault
+		}
+		if v, ok := blamed[culprit.node]; !ok || lat > v.lat {
+			blamed[culprit.node] = verdict{lat, base}
+		}
+	}
+	var nodes []proto.NodeID
+	for _, h := range fresh {
+		for _, n := range []proto.NodeID{h.From, h.To} {
+			if n != 0 && !slices.Contains(nodes, n) {
+				nodes = append(nodes, n)
+			}
+		}
+	}
+	slices.Sort(nodes)
+	var out []LatencyVote
+	for _, n := range nodes {
+		v := LatencyVote{Node: n, Reporter: fresh[0].Reporter, At: at}
+		if b, ok := blamed[n]; ok {
+			v.Slow, v.Latency, v.Base = true, b.lat, b.base
+		}
+		base := time.Duration(0)
+		for o, d := range own {
+			if o != n && (base == 0 || d < base) {
+				base = d
+			}
+		}
+		if o := own[n]; slowOver(o, base) && o > v.Latency {
+			v.Slow, v.Latency, v.Base = true, o, base
+		}
+		if !v.Slow && fastest == 0 && own[n] == 0 {
+			continue // nothing known of it
+		}
+		out = append(out, v)
+	}
+	return out
+}
+
+// lesser is the lesser of two times of which 0 means unknown.
+func lesser(a, b int64) int64 {
+	if a <= 0 || b <= 0 {
+		return max(a, b)
+	}
+	return min(a, b)
 }
 
 // SlowNodes returns, sorted, the nodes that votes (any order) show

@@ -230,3 +230,125 @@ func TestListenWaitsForBusyPort(t *testing.T) {
 		t.Fatalf("serving on %s after %d busy attempts", s.Addr(), tries.Load())
 	}
 }
+
+// hop is a write-path hop report for the tables: from (0: a client) to
+// node to, its network time and the node's own time, ms.
+func hop(reporter uint64, from, to int, linkMs, ownMs int, secAgo float64, now time.Time) Hop {
+	return Hop{HopLatency: proto.HopLatency{From: proto.NodeID(from), To: proto.NodeID(to),
+		Link: int64(time.Duration(linkMs) * time.Millisecond), Own: int64(time.Duration(ownMs) * time.Millisecond)},
+		Reporter: reporter, At: now.Add(-time.Duration(secAgo * float64(time.Second)))}
+}
+
+func TestHopVotesTable(t *testing.T) {
+	now := time.Unix(1000, 0)
+	const client = 77
+	// The namespace cluster's two chains, 1->2->3 and 2->3->1, clients
+	// writing to the heads 1 and 2.
+	healthy := []Hop{
+		hop(client, 0, 1, 20, 5, 0, now), hop(client, 0, 2, 25, 5, 0, now),
+		hop(1, 1, 2, 15, 5, 0, now), hop(2, 2, 3, 18, 6, 0, now), hop(3, 3, 1, 16, 4, 0, now),
+	}
+	for _, tc := range []struct {
+		name  string
+		older []Hop // kept from earlier reports
+		fresh []Hop
+		want  string // node:slow|fast ...
+	}{
+		{"healthy", nil, healthy, "1:fast 2:fast 3:fast"},
+		{"node 3 slow to send (a throttled link): its forward and its acks crawl",
+			nil, []Hop{hop(client, 0, 1, 20, 5, 0, now), hop(client, 0, 2, 25, 5, 0, now),
+				hop(1, 1, 2, 15, 5, 0, now), hop(2, 2, 3, 600, 6, 0, now), hop(3, 3, 1, 1500, 4, 0, now)},
+			"1:fast 2:fast 3:slow"},
+		{"node 3 slow on disk: its own time, as its predecessor saw it",
+			nil, []Hop{hop(client, 0, 1, 20, 5, 0, now), hop(client, 0, 2, 25, 5, 0, now),
+				hop(1, 1, 2, 15, 5, 0, now), hop(2, 2, 3, 18, 900, 0, now), hop(3, 3, 1, 16, 4, 0, now)},
+			"1:fast 2:fast 3:slow"},
+		{"only node 3's forward is slow: node 1 has a fast hop, so 3 is blamed",
+			nil, []Hop{hop(client, 0, 1, 20, 5, 0, now), hop(1, 1, 2, 15, 5, 0, now), hop(3, 3, 1, 1500, 4, 0, now)},
+			"1:fast 2:fast 3:slow"},
+		{"a slow head seen by the client only: blamed",
+			nil, []Hop{hop(client, 0, 2, 1200, 5, 0, now), hop(client, 0, 1, 20, 5, 0, now)},
+			"1:fast 2:slow"},
+		{"every hop slow alike (a loaded host): nobody",
+			nil, []Hop{hop(1, 1, 2, 900, 5, 0, now), hop(2, 2, 3, 800, 6, 0, now), hop(3, 3, 1, 950, 4, 0, now)},
+			"1:fast 2:fast 3:fast"},
+		{"under the floor: not slow", nil, []Hop{hop(1, 1, 2, 2, 1, 0, now), hop(2, 2, 3, 200, 1, 0, now), hop(3, 3, 1, 150, 1, 0, now)},
+			"1:fast 2:fast 3:fast"},
+		{"votes only on the fresh report's nodes, judged against the kept ones",
+			append([]Hop{hop(3, 3, 1, 1400, 4, 1, now), hop(2, 2, 3, 600, 4, 1, now)}, healthy[:3]...),
+			[]Hop{hop(3, 3, 1, 1500, 4, 0, now), hop(2, 2, 3, 700, 4, 0, now)},
+			"1:fast 2:fast 3:slow"},
+		{"a report superseded by the same reporter's two later ones does not count",
+			[]Hop{hop(2, 2, 3, 10, 4, 3, now), hop(2, 2, 3, 1400, 4, 1, now), hop(1, 1, 2, 15, 5, 3, now)},
+			[]Hop{hop(2, 2, 3, 1500, 4, 0, now)},
+			"2:fast 3:slow"},
+		{"one stalled report after fast ones (a pause's requests ending at once): nobody",
+			[]Hop{hop(2, 2, 3, 18, 4, 1, now), hop(1, 1, 2, 15, 5, 1, now), hop(client, 0, 1, 20, 5, 1, now)},
+			[]Hop{hop(2, 2, 3, 6000, 4, 0, now)},
+			"2:fast 3:fast"},
+		{"slow in two reports in a row: blamed",
+			[]Hop{hop(2, 2, 3, 18, 4, 2, now), hop(2, 2, 3, 5000, 4, 1, now), hop(1, 1, 2, 15, 5, 1, now)},
+			[]Hop{hop(2, 2, 3, 6000, 4, 0, now)},
+			"2:fast 3:slow"},
+		{"reports out of the window do not count: nothing fast to compare with",
+			[]Hop{hop(client, 0, 1, 20, 5, 11, now)},
+			[]Hop{hop(3, 3, 1, 1500, 4, 0, now)},
+			"1:fast 3:fast"},
+		{"alone: nothing to compare with, not slow", nil, []Hop{hop(client, 0, 2, 5000, 5, 0, now)}, "2:fast"},
+		{"a slow hop whose ends cannot be told apart blames nobody",
+			nil, []Hop{hop(client, 0, 1, 20, 5, 0, now), hop(client, 0, 2, 22, 5, 0, now), hop(1, 1, 2, 1500, 5, 0, now)},
+			"1:fast 2:fast"},
+		{"a client's slow link is its own: nobody",
+			nil, []Hop{hop(client, 0, 1, 1500, 5, 0, now), hop(client+1, 0, 1, 20, 5, 0, now), hop(1, 1, 2, 15, 5, 0, now)},
+			"1:fast 2:fast"},
+		{"the namespace cluster's numbers: 2->3 waits 100 ms behind 3's traffic, 3->1 takes 3 s",
+			nil, []Hop{hop(client, 0, 1, 5, 1, 0, now), hop(client, 0, 2, 10, 1, 0, now),
+				hop(1, 1, 2, 2, 1, 0, now), hop(2, 2, 3, 100, 1, 0, now), hop(3, 3, 1, 3000, 2, 0, now)},
+			"1:fast 2:fast 3:slow"},
+	} {
+		all := append(append([]Hop{}, tc.older...), tc.fresh...)
+		var got []string
+		for _, v := range HopVotes(all, tc.fresh, now, SlowParams{}) {
+			got = append(got, fmt.Sprintf("%d:%s", v.Node, map[bool]string{true: "slow", false: "fast"}[v.Slow]))
+		}
+		if g := fmt.Sprint(got); g != fmt.Sprint(splitOrNil(tc.want)) {
+			t.Errorf("%s: votes %s, want %s", tc.name, g, tc.want)
+		}
+	}
+}
+
+// Hop votes feed the same persistence rule and exclusion as read votes:
+// a node found slow at forwarding in heartbeats over a few seconds is
+// taken out, and one slow report is not enough.
+func TestHopVotesToExclusion(t *testing.T) {
+	start := time.Unix(1000, 0)
+	var hops []Hop
+	var votes []LatencyVote
+	report := func(at time.Time, slow bool) {
+		l := 16
+		if slow {
+			l = 1500
+		}
+		fresh := []Hop{hop(3, 3, 1, l, 4, 0, at), hop(1, 1, 2, 15, 5, 0, at), hop(2, 2, 3, l/2, 5, 0, at)}
+		hops = append(hops, fresh...)
+		votes = append(votes, HopVotes(hops, fresh, at, SlowParams{})...)
+	}
+	report(start, true)
+	for i := 1; i <= 4; i++ {
+		report(start.Add(time.Duration(i)*200*time.Millisecond), false)
+	}
+	if got := SlowNodes(votes, start.Add(time.Second), SlowParams{}); got != nil {
+		t.Fatalf("one slow report: %v found slow", got)
+	}
+	for i := 0; i <= 12; i++ {
+		report(start.Add(2*time.Second+time.Duration(i)*200*time.Millisecond), true)
+	}
+	now := start.Add(2*time.Second + 12*200*time.Millisecond)
+	slow := SlowNodes(votes, now, SlowParams{})
+	if !slices.Equal(slow, []proto.NodeID{3}) {
+		t.Fatalf("slow %v, want [3]", slow)
+	}
+	if _, taken := NextExclusions(nil, slow, routing3(), upToDate(routing3()), now, SlowParams{}); !slices.Equal(taken, []proto.NodeID{3}) {
+		t.Fatalf("taken %v, want [3]", taken)
+	}
+}

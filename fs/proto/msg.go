@@ -65,6 +65,12 @@ type WriteResp struct {
 	CommitVer uint64 `json:"v"`
 	Checksum  uint32 `json:"sum"`
 	Length    int64  `json:"len"`
+	// Took is how long the answering target handled the update (ns), Down
+	// how much of it went to waiting on its successors and on earlier
+	// updates of the chunk: the sender tells the network from the node's
+	// own work with them (HopLatency). 0 from older servers.
+	Took int64 `json:"took,omitempty"`
+	Down int64 `json:"down,omitempty"`
 }
 
 // ReadIO is one range read of one chunk replica.
@@ -205,6 +211,9 @@ type HeartbeatReq struct {
 	Version uint64         `json:"hbv"`               // increases with every heartbeat
 	Targets []TargetReport `json:"targets"`
 	Known   uint64         `json:"known"` // the routing version the node has
+	// Hops: the node's forwards to its successors since its last
+	// heartbeat (mgmtd's slow-node detection).
+	Hops []HopLatency `json:"hops,omitempty"`
 }
 
 // RoutingReq is MGetRouting's request: empty, or a client's recent read
@@ -213,6 +222,8 @@ type HeartbeatReq struct {
 type RoutingReq struct {
 	Client  uint64        `json:"client,omitempty"`
 	Latency []NodeLatency `json:"latency,omitempty"`
+	// Hops: the client's writes to chain heads since its last report.
+	Hops []HopLatency `json:"hops,omitempty"`
 }
 
 // NodeLatency is a client's recent read round trip to one storage node

@@ -161,6 +161,9 @@ type Service struct {
 	httpSrv *http.Server
 	metAddr string
 	kick    chan struct{} // heartbeat now
+	// hops: this node's forwards to its successors since the last
+	// heartbeat, reported with the next one (mgmtd's slow-node detection).
+	hops proto.HopMeter
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -278,7 +281,7 @@ func (s *Service) heartbeatLoop() {
 	mgmtdIdx := 0
 	for {
 		iv := s.hbInterval()
-		req := proto.HeartbeatReq{Node: s.cfg.Node, Addr: s.Addr(), Metrics: s.metAddr, Version: s.hbSeq.Add(1)}
+		req := proto.HeartbeatReq{Node: s.cfg.Node, Addr: s.Addr(), Metrics: s.metAddr, Version: s.hbSeq.Add(1), Hops: s.hops.Report()}
 		if r := s.routing.Load(); r != nil {
 			req.Known = r.Version
 		}
@@ -573,6 +576,7 @@ func (s *Service) handleWrite(ctx context.Context, w *proto.WriteReq, data []byt
 // hop, in arrival order, as the core's; no lock is held while the update
 // travels, and a queued update whose caller gave up leaves the queue.
 func (s *Service) applyChain(ctx context.Context, ts *tstate, chainID proto.ChainID, id proto.ChunkID, u update, ver uint64, tag proto.Tag) (*proto.WriteResp, error) {
+	began := time.Now() // the answer's timings (proto.HopLatency)
 	c := ts.get(id)
 	var patience time.Duration // a client's write waits its turn as long as the client does
 	if ver != 0 {
@@ -582,6 +586,7 @@ func (s *Service) applyChain(ctx context.Context, ts *tstate, chainID proto.Chai
 		return nil, err
 	}
 	defer ts.release(c)
+	queued := time.Since(began)
 	u.tag = tag
 	for ver == 0 {
 		// The head's rule (chain.CheckWrite), with the slot held: no other
@@ -636,7 +641,9 @@ func (s *Service) applyChain(ctx context.Context, ts *tstate, chainID proto.Chai
 	// acknowledgement still waits for both.
 	synced := make(chan error, 1)
 	go func() { synced <- durable() }()
+	fwdStart := time.Now()
 	err = s.forward(ctx, ts, chainID, id, nv, u, tag)
+	fwd := time.Since(fwdStart)
 	if serr := <-synced; serr != nil {
 		if !errors.Is(serr, proto.ErrNoSpace) {
 			s.diskError(ts, serr)
@@ -655,7 +662,9 @@ func (s *Service) applyChain(ctx context.Context, ts *tstate, chainID proto.Chai
 	if _, err := ts.commit(id, c); err != nil {
 		return nil, err
 	}
-	return s.chunkResp(ts, c), nil
+	resp := s.chunkResp(ts, c)
+	resp.Took, resp.Down = int64(time.Since(began)), int64(queued+fwd)
+	return resp, nil
 }
 
 func (s *Service) chunkResp(ts *tstate, c *chunk) *proto.WriteResp {
@@ -742,9 +751,13 @@ func (s *Service) forward(ctx context.Context, ts *tstate, chainID proto.ChainID
 		var conn *transport.Conn
 		conn, lastErr = s.pool.Get(actx, addr)
 		if lastErr == nil {
+			sent := time.Now()
 			_, lastErr = conn.Call(actx, proto.MUpdate, req, [][]byte{data}, &resp)
 			if errors.Is(lastErr, context.DeadlineExceeded) {
 				s.pool.Drop(addr)
+			}
+			if lastErr == nil {
+				s.hops.Sample(s.cfg.Node, succ.Node, time.Since(sent), &resp) // for mgmtd
 			}
 		}
 		cancel()

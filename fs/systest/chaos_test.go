@@ -24,10 +24,18 @@ import (
 // that every failed command exits 3, that all targets serve again after
 // each fault (and reports how long that took), and at the end that every
 // acknowledged file reads back. Off by default (it runs for minutes).
+//
+// Faults are drawn by weight: every kind 1 but throttling,
+// FFKIT_CHAOS_THROTTLE_WEIGHT (default 2; a throttle is the fault slow-node
+// exclusion answers, and a uniform draw gave one throttle in 34 faults).
 func TestChaos(t *testing.T) {
 	mins, _ := strconv.ParseFloat(os.Getenv("FFKIT_CHAOS_MINUTES"), 64)
 	if mins <= 0 {
 		t.Skip("set FFKIT_CHAOS_MINUTES to run the chaos test")
+	}
+	weights := map[string]int{"kill -9": 1, "SIGSTOP": 1, "link down": 1, "client drop": 1, "throttle": 2}
+	if w, err := strconv.Atoi(os.Getenv("FFKIT_CHAOS_THROTTLE_WEIGHT")); err == nil && w >= 0 {
+		weights["throttle"] = w
 	}
 	c := startNSCluster(t, 2)
 	randomFile(t, filepath.Join(c.dir, "first.bin"), 4096)
@@ -138,13 +146,17 @@ func TestChaos(t *testing.T) {
 		}()
 	}
 
-	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 3))
+	seed := uint64(time.Now().UnixNano())
+	if v, err := strconv.ParseUint(os.Getenv("FFKIT_CHAOS_SEED"), 10, 64); err == nil {
+		seed = v
+	}
+	t.Logf("chaos: seed %d (FFKIT_CHAOS_SEED), fault weights %v", seed, weights)
+	rng := rand.New(rand.NewPCG(seed, 3))
 	restarts := map[int]int{}
 	for time.Now().Before(end) {
 		h := 1 + rng.IntN(3)
 		hold := time.Duration(1000+rng.IntN(7000)) * time.Millisecond
-		kinds := []string{"kill -9", "SIGSTOP", "link down", "client drop", "throttle"}
-		kind := kinds[rng.IntN(len(kinds))]
+		kind := drawFault(rng, weights)
 		t.Logf("fault: %s on storage host %d for %v", kind, h, hold)
 		mu.Lock()
 		faults[kind]++
@@ -232,9 +244,32 @@ func TestChaos(t *testing.T) {
 	if b, err := os.ReadFile(filepath.Join(c.dir, "mgmtd.log")); err == nil {
 		t.Logf("mgmtd took a slow node out of its chains %d times", strings.Count(string(b), " is slow ("))
 	}
-	if serveTimes[len(serveTimes)-1] > 30*time.Second {
-		t.Logf("NOTE: some fault took more than 30 s to heal (the issue's bound)")
+	if worst := serveTimes[len(serveTimes)-1]; worst > 30*time.Second {
+		t.Errorf("a fault took %v to heal: the issue's bound is 30 s", worst.Round(time.Millisecond))
 	}
+}
+
+// faultKinds are the chaos test's faults, in the order drawFault walks.
+var faultKinds = []string{"kill -9", "SIGSTOP", "link down", "client drop", "throttle"}
+
+// drawFault picks a fault kind with probability proportional to its
+// weight (a missing kind weighs 0; all zero falls back to kill -9).
+func drawFault(rng *rand.Rand, weights map[string]int) string {
+	total := 0
+	for _, k := range faultKinds {
+		total += max(weights[k], 0)
+	}
+	if total == 0 {
+		return faultKinds[0]
+	}
+	n := rng.IntN(total)
+	for _, k := range faultKinds {
+		if n < max(weights[k], 0) {
+			return k
+		}
+		n -= max(weights[k], 0)
+	}
+	return faultKinds[0]
 }
 
 func tcCmd(ns string, args ...string) error {
