@@ -525,11 +525,20 @@ class _Slow(Exception):
     """A result the fast encoding does not cover."""
 
 
-def _fast_encode(obj, lo, hi, depth=0):
+def _fast_encode(obj, lo, hi, depth=0, seen=None):
     """obj as a tree of plain tuples (see _DTYPES above), or raises _Slow.
     Tensors viewing the ring [lo, hi) become (_RING, offset, shape, byte
-    strides, dtype code); other tensors up to _BY_VALUE bytes go by value."""
+    strides, dtype code); other tensors up to _BY_VALUE bytes go by value.
+    A tensor, dict or list met twice goes to the pickler, which keeps it
+    one object (the tree would make two)."""
     t = type(obj)
+    if t in _PLAIN:
+        return (_SCALAR, obj)
+    if seen is None:
+        seen = set()
+    if id(obj) in seen:
+        raise _Slow
+    seen.add(id(obj))
     if t is torch.Tensor:
         code = _DTYPE_CODE.get(obj.dtype)
         if (code is None or obj.device.type != "cpu" or obj.layout != torch.strided or obj.requires_grad
@@ -547,19 +556,17 @@ def _fast_encode(obj, lo, hi, depth=0):
         c = obj.contiguous()
         raw = c.view(torch.uint8) if c.dim() else c.reshape(1).view(torch.uint8)
         return (_VALUE, raw.numpy().tobytes(), tuple(obj.shape), code)
-    if t in _PLAIN:
-        return (_SCALAR, obj)
     if depth >= _FAST_DEPTH:
         raise _Slow
     if t is dict:
         keys = tuple(obj)
         if not all(type(k) is str for k in keys):
             raise _Slow
-        return (_DICT, keys, tuple([_fast_encode(v, lo, hi, depth + 1) for v in obj.values()]))
+        return (_DICT, keys, tuple([_fast_encode(v, lo, hi, depth + 1, seen) for v in obj.values()]))
     if t is list:
-        return (_LIST, [_fast_encode(v, lo, hi, depth + 1) for v in obj])
+        return (_LIST, [_fast_encode(v, lo, hi, depth + 1, seen) for v in obj])
     if t is tuple:
-        return (_TUPLE, tuple([_fast_encode(v, lo, hi, depth + 1) for v in obj]))
+        return (_TUPLE, tuple([_fast_encode(v, lo, hi, depth + 1, seen) for v in obj]))
     raise _Slow
 
 

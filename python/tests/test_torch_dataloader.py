@@ -184,7 +184,7 @@ def test_structured_results_come_back_as_made(gen, fixed):
     node = ft._fast_encode({"x": t[2:], "y": [t[::2]], "z": (3, "a")}, lo, lo + 10)
     assert node[0] == ft._DICT and node[2][0] == (ft._RING, 2, (8,), (1,), ft._DTYPE_CODE[torch.uint8])
     for slow in (np.arange(3), memoryview(b"x"), {1: t}, [[[[[t]]]]], t.float().requires_grad_(),
-                 torch.zeros(1 << 19, dtype=torch.int32), t.to(torch.complex64)):
+                 torch.zeros(1 << 19, dtype=torch.int32), t.to(torch.complex64), [t, t], (t[1:], [t[1:]] * 2)):
         with pytest.raises(ft._Slow):
             ft._fast_encode(slow, lo, lo + 10)
 
