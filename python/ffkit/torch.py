@@ -1000,6 +1000,19 @@ class DataLoader:
                 raise errors.EngineError(
                     f"ffkit.torch.DataLoader: timed out after {self.timeout} s waiting for worker {w}")
 
+    def _ready(self, w):
+        """Whether worker w's next result can be taken without waiting
+        (or its death be seen)."""
+        p, conn, _, _, outbox, results = self._workers[w]
+        if results:
+            return True
+        if outbox:
+            return False  # its next result is in a chunk not sent yet
+        try:
+            return conn.poll(0)
+        except (OSError, ValueError):
+            return True  # gone: _wait says how
+
     def _next(self, w):
         """Worker w's next result (one of the chunk it answered last)."""
         results = self._workers[w][5]
@@ -1035,7 +1048,12 @@ class DataLoader:
             while True:
                 # Batch k goes to worker (k // c) % n: chunks of c
                 # consecutive batches, refilled a whole chunk at a time.
+                # Between chunks, a result that is ready is yielded first:
+                # the first results of an epoch do not wait for the whole
+                # pipeline to fill (num_workers * prefetch_factor reads).
                 while more and (k % c or len(pending) + c <= self._inflight):
+                    if not k % c and pending and self._ready(pending[0][3]):
+                        break
                     b = next(it, None)
                     if b is None:
                         more = False

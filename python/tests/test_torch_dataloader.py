@@ -114,6 +114,38 @@ def test_worker_results_view_the_main_ring_and_keep_their_slot(fixed):
     dl.close()
 
 
+def test_first_results_do_not_wait_for_a_full_pipeline(fixed):
+    """Between chunks the main process yields the results that are back
+    before it reads more: the first batch of an epoch does not wait for
+    num_workers * prefetch_factor reads."""
+    path, n = fixed
+    dl = ft.DataLoader(path, 10, num_workers=2, seed=1, transform=views, prefetch_factor=8)
+    c = dl._chunk
+    assert dl._inflight == 4 * c
+    sent = []
+    send = dl._send
+
+    def slow_send(w, b, base):
+        if len(sent) == c:
+            # The second chunk is read only once the first one's results
+            # are back (a condition, not a duration).
+            deadline = time.monotonic() + 300
+            while not dl._ready(0):
+                assert time.monotonic() < deadline, "the first chunk's results never came"
+                time.sleep(0.005)
+        sent.append(w)
+        return send(w, b, base)
+
+    dl._send = slow_send
+    it = iter(dl)
+    first = next(it)
+    assert len(sent) == 2 * c  # the whole pipeline (4 chunks) before
+    assert first["samples"].shape == (10, 96)
+    del dl._send
+    assert sum(len(b["indices"]) for b in it) == n - 10
+    dl.close()
+
+
 def _structured(batch):
     """A result of the shapes the workers send without the pickler (dicts,
     lists, tuples of tensors and scalars), with ring views of several
