@@ -114,6 +114,113 @@ def test_worker_results_view_the_main_ring_and_keep_their_slot(fixed):
     dl.close()
 
 
+def test_first_results_do_not_wait_for_a_full_pipeline(fixed):
+    """Between chunks the main process yields the results that are back
+    before it reads more: the first batch of an epoch does not wait for
+    num_workers * prefetch_factor reads."""
+    path, n = fixed
+    dl = ft.DataLoader(path, 10, num_workers=2, seed=1, transform=views, prefetch_factor=8)
+    c = dl._chunk
+    assert dl._inflight == 4 * c
+    sent = []
+    send = dl._send
+
+    def slow_send(w, b, base):
+        if len(sent) == c:
+            # The second chunk is read only once the first one's results
+            # are back (a condition, not a duration).
+            deadline = time.monotonic() + 300
+            while not dl._ready(0):
+                assert time.monotonic() < deadline, "the first chunk's results never came"
+                time.sleep(0.005)
+        sent.append(w)
+        return send(w, b, base)
+
+    dl._send = slow_send
+    it = iter(dl)
+    first = next(it)
+    assert len(sent) == 2 * c  # the whole pipeline (4 chunks) before
+    assert first["samples"].shape == (10, 96)
+    del dl._send
+    assert sum(len(b["indices"]) for b in it) == n - 10
+    dl.close()
+
+
+def _structured(batch):
+    """A result of the shapes the workers send without the pickler (dicts,
+    lists, tuples of tensors and scalars), with ring views of several
+    dtypes and strides, tensors made in the worker, and one object that is
+    not covered (a numpy array) deep inside."""
+    t = torch.from_numpy(batch.data)
+    ends = batch.positions
+    first = t[int(ends[0, 0]) : int(ends[0, 1])]
+    even = t[: (len(t) // 8) * 8]
+    return {
+        "first": first,  # a uint8 ring view
+        "wide": even.view(torch.int64)[:4],  # an int64 ring view
+        "strided": even[:16].view(2, 8).t(),  # a transposed ring view
+        "scalar": t[int(ends[0, 0])],  # a 0-dim ring view
+        "made": (torch.tensor(batch.indices, dtype=torch.float32) / 2, torch.tensor(True), torch.zeros(0)),
+        "list": [torch.arange(3, dtype=torch.int16), 7, 1.5, "s", b"b", None, False],
+        "deep": {"a": [{"b": np.arange(3)}]},  # falls back to the pickler
+        "step": batch.step,
+    }
+
+
+def _same(a, b):
+    assert type(a) is type(b), (a, b)
+    if isinstance(a, dict):
+        assert list(a) == list(b)
+        for k in a:
+            _same(a[k], b[k])
+    elif isinstance(a, (list, tuple)):
+        assert len(a) == len(b)
+        for x, y in zip(a, b):
+            _same(x, y)
+    elif isinstance(a, torch.Tensor):
+        assert a.dtype == b.dtype and a.shape == b.shape and a.stride() == b.stride() and torch.equal(a, b)
+    elif isinstance(a, np.ndarray):
+        assert (a == b).all()
+    else:
+        assert a == b
+
+
+def test_structured_results_come_back_as_made(gen, fixed):
+    """Results the workers encode without the pickler come back equal to
+    the transform's own result in this process (types, dtypes, shapes,
+    strides, values); ring views stay views of this process's ring; the
+    fast encoding covers the common results and refuses what it cannot
+    carry."""
+    for path, _ in (gen, fixed):
+        with ffkit.Loader(path, 64, seed=3) as L:
+            want = []
+            for b in L:
+                w = _structured(b)
+                # Copies of the views, made so that they keep their strides.
+                want.append({**w, **{k: torch.empty_strided(w[k].shape, w[k].stride(), dtype=w[k].dtype).copy_(w[k])
+                                     for k in ("first", "wide", "strided", "scalar")}})
+                del w
+                b.release()
+        with ft.DataLoader(path, 64, num_workers=2, seed=3, transform=_structured) as dl:
+            lo, hi = _ring_of(dl)
+            got = 0
+            for w, b in zip(want, dl):
+                _same(b, w)
+                for k in ("first", "wide", "strided", "scalar"):
+                    assert lo <= b[k].data_ptr() < hi, k
+                got += 1
+            assert got == len(want) == len(dl)
+
+    t = torch.arange(10, dtype=torch.uint8)
+    lo = t.data_ptr()
+    node = ft._fast_encode({"x": t[2:], "y": [t[::2]], "z": (3, "a")}, lo, lo + 10)
+    assert node[0] == ft._DICT and node[2][0] == (ft._RING, 2, (8,), (1,), ft._DTYPE_CODE[torch.uint8])
+    for slow in (np.arange(3), memoryview(b"x"), {1: t}, [[[[[t]]]]], t.float().requires_grad_(),
+                 torch.zeros(1 << 19, dtype=torch.int32), t.to(torch.complex64), [t, t], (t[1:], [t[1:]] * 2)):
+        with pytest.raises(ft._Slow):
+            ft._fast_encode(slow, lo, lo + 10)
+
+
 def _transform(batch):
     info = ft.get_worker_info()
     data = batch.data
