@@ -600,7 +600,7 @@ func (t *Target) prepareAsync(id proto.ChunkID, c *chunk, u update) (*version, f
 		nv.removed = true
 	case u.full:
 		nv.length = int64(len(u.data))
-		if _, err := f.WriteAt(u.data, HeaderSize); err != nil {
+		if err := t.writeData(f, p, u.data, HeaderSize); err != nil {
 			return fail("write", err)
 		}
 		if u.crcs != nil {
@@ -637,7 +637,13 @@ func (t *Target) prepareAsync(id proto.ChunkID, c *chunk, u update) (*version, f
 			}
 		}
 		if len(u.data) > 0 {
-			if _, err := f.WriteAt(u.data, HeaderSize+u.off); err != nil {
+			// A new chunk (no old bytes copied in): its blocks go
+			// straight to the device where they can (direct.go).
+			write := f.WriteAt
+			if src == nil {
+				write = func(b []byte, off int64) (int, error) { return len(b), t.writeData(f, p, b, off) }
+			}
+			if _, err := write(u.data, HeaderSize+u.off); err != nil {
 				return fail("write", err)
 			}
 		}
