@@ -20,7 +20,10 @@ import (
 // checksums together: 9-10 CPU s per GiB written by the client, about
 // 5.5 with direct writes). With O_DIRECT the device takes the bytes from
 // one aligned buffer; the chunk's fsync still makes them durable (it
-// flushes the device's cache with the file's metadata).
+// flushes the device's cache with the file's metadata). The chunk's
+// preferred replica for reads (proto.ChunkHash) still writes through the
+// page cache, so reads that follow a write find the chunk cached there,
+// and the hosts cache one copy of it, not three.
 type DirectWriter interface {
 	// WriteDirect writes a whole number of DirectAlign blocks from the
 	// start of data to the file name at off (a multiple of DirectAlign)
@@ -89,10 +92,11 @@ func (OS) WriteDirect(name string, data []byte, off int64) (int, error) {
 var _ DirectWriter = OS{}
 
 // writeData writes data at off of the new chunk file f (named p): the
-// aligned blocks directly where the VFS can, the rest through f.
-func (t *Target) writeData(f File, p string, data []byte, off int64) error {
+// aligned blocks directly where the VFS can (unless cache), the rest
+// through f.
+func (t *Target) writeData(f File, p string, data []byte, off int64, cache bool) error {
 	done := 0
-	if dw, ok := t.vfs.(DirectWriter); ok {
+	if dw, ok := t.vfs.(DirectWriter); ok && !cache {
 		n, err := dw.WriteDirect(p, data, off)
 		if err != nil {
 			return err

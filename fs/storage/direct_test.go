@@ -78,6 +78,13 @@ func TestDirectWrites(t *testing.T) {
 	if got, _, err = tg.readCommitted(id, 0, int64(len(data)), false); err != nil || !bytes.Equal(got, data) {
 		t.Fatalf("after an overwrite: equal %v, err %v", bytes.Equal(got, data), err)
 	}
+	// The chunk's preferred replica for reads writes through the page
+	// cache.
+	id2 := proto.ChunkID{Inode: 9, Index: 1}
+	v2 := apply(t, tg, id2, update{op: proto.OpWrite, off: 0, data: data, cache: true})
+	if k := residentPages(t, tg.path(id2, v2.ver, false), HeaderSize, 1<<20); k < 256 {
+		t.Errorf("%d of 256 pages of a chunk written through the page cache are in it", k)
+	}
 	// Reopened (headers and block checksums from disk), the chunk verifies.
 	tg2, err := OpenTarget(OS{}, 1, dir)
 	if err != nil {
