@@ -613,16 +613,9 @@ type span struct {
 // replica may have than another before the other takes the read.
 const affinitySlack = 8 << 20
 
-// chunkHash mixes a chunk id (splitmix64 finalizer) to pick its preferred
-// replica.
-func chunkHash(id ChunkID) uint64 {
-	x := id.Inode*0x9e3779b97f4a7c15 ^ id.Index
-	x ^= x >> 30
-	x *= 0xbf58476d1ce4e5b9
-	x ^= x >> 27
-	x *= 0x94d049bb133111eb
-	return x ^ x>>31
-}
+// chunkHash picks a chunk's preferred replica (the one whose storage
+// service also keeps the chunk in its page cache when written).
+func chunkHash(id ChunkID) uint64 { return proto.ChunkHash(id) }
 
 // fail records that target t failed the span.
 func (sp *span) fail(t proto.TargetID) {

@@ -175,3 +175,27 @@ func (r *Routing) Clone() *Routing {
 	}
 	return &c
 }
+
+// ChunkHash mixes a chunk id (splitmix64 finalizer). A chunk's preferred
+// replica for reads is Readable()[ChunkHash(id) % len(Readable())]: the
+// client reads from it when it is not clearly busier or slower than the
+// others, and it is the one replica whose storage service writes the
+// chunk through its page cache (the others write around it).
+func ChunkHash(id ChunkID) uint64 {
+	x := id.Inode*0x9e3779b97f4a7c15 ^ id.Index
+	x ^= x >> 30
+	x *= 0xbf58476d1ce4e5b9
+	x ^= x >> 27
+	x *= 0x94d049bb133111eb
+	return x ^ x>>31
+}
+
+// PreferredReader reports whether target t is chunk id's preferred
+// replica for reads in this chain (see ChunkHash).
+func (c *Chain) PreferredReader(id ChunkID, t TargetID) bool {
+	rd := c.Readable()
+	if len(rd) == 0 {
+		return false
+	}
+	return rd[ChunkHash(id)%uint64(len(rd))].ID == t
+}

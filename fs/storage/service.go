@@ -631,6 +631,9 @@ func (s *Service) applyChain(ctx context.Context, ts *tstate, chainID proto.Chai
 	}
 	if ch := s.routing.Load().Chain(chainID); ch != nil {
 		u.chainVer = ch.Version
+		// Only the replica that will serve the chunk's reads keeps it in
+		// its page cache (direct.go).
+		u.cache = ch.PreferredReader(id, ts.ID)
 	}
 	nv, durable, err := ts.prepareAsync(id, c, u)
 	if err != nil {

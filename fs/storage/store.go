@@ -520,6 +520,10 @@ type update struct {
 	chainVer uint64
 	tag      proto.Tag   // the client request (zero: none)
 	tags     []proto.Tag // full: the sender's tags of the version (see version.tags)
+	// cache: write the new chunk through the page cache (this target is
+	// its preferred replica for reads, proto.ChunkHash); otherwise its
+	// aligned blocks go around it where they can (direct.go).
+	cache bool
 }
 
 // prepare builds the pending version u.ver of chunk id and makes it
@@ -596,7 +600,7 @@ func (t *Target) prepareAsync(id proto.ChunkID, c *chunk, u update) (*version, f
 		nv.removed = true
 	case u.full:
 		nv.length = int64(len(u.data))
-		if _, err := f.WriteAt(u.data, HeaderSize); err != nil {
+		if err := t.writeData(f, p, u.data, HeaderSize, u.cache); err != nil {
 			return fail("write", err)
 		}
 		if u.crcs != nil {
@@ -633,7 +637,13 @@ func (t *Target) prepareAsync(id proto.ChunkID, c *chunk, u update) (*version, f
 			}
 		}
 		if len(u.data) > 0 {
-			if _, err := f.WriteAt(u.data, HeaderSize+u.off); err != nil {
+			// A new chunk (no old bytes copied in): its blocks go
+			// straight to the device where they can (direct.go).
+			write := f.WriteAt
+			if src == nil {
+				write = func(b []byte, off int64) (int, error) { return len(b), t.writeData(f, p, b, off, u.cache) }
+			}
+			if _, err := write(u.data, HeaderSize+u.off); err != nil {
 				return fail("write", err)
 			}
 		}

@@ -52,12 +52,14 @@ import (
 //
 //	FFKIT_BENCH_NETNS=1 [FFKIT_BENCH_MB=256] [FFKIT_BENCH_ROUNDS=3] \
 //	    [FFKIT_BENCH_LINK=1gbit] [FFKIT_BENCH_CPUPROFILE=DIR] \
+//	    [FFKIT_BENCH_ONLY=cluster_write,tcp_write] \
 //	    go test -run TestCrossHostBandwidth -v -timeout 30m ./fs/systest
 //
 // FFKIT_BENCH_LINK limits every host's link (tc tbf on its eth0 egress) to
 // a NIC's rate; FFKIT_BENCH_CPUPROFILE writes CPU profiles of the client
 // (one per measurement) to DIR (with FFKIT_STORAGE_CPUPROFILE=DIR/stor, of
-// the storage processes too).
+// the storage processes too); FFKIT_BENCH_ONLY runs only the named
+// measurements (comma-separated; for profiling one of them).
 func TestCrossHostBandwidth(t *testing.T) {
 	if os.Getenv("FFKIT_BENCH_NETNS") == "" {
 		t.Skip("a benchmark: set FFKIT_BENCH_NETNS=1")
@@ -116,7 +118,7 @@ func TestCrossHostBandwidth(t *testing.T) {
 	cmd.Env = append(os.Environ(), "SYSTEST_XHOST_HELPER=client", "SYSTEST_XHOST_SERVERS="+strings.Join(servers, ","),
 		"SYSTEST_XHOST_TCP_PIDS="+strings.Join(tcpPids, ","), "SYSTEST_XHOST_STORAGE_PIDS="+strings.Join(storPids, ","),
 		"SYSTEST_XHOST_MGMTD="+strings.TrimPrefix(c.url, "ffkit://"), "SYSTEST_XHOST_TOKEN_FILE="+c.tokenFile,
-		"SYSTEST_XHOST_PROFILE="+os.Getenv("FFKIT_BENCH_CPUPROFILE"), "SYSTEST_XHOST_MB="+strconv.Itoa(mb), "SYSTEST_XHOST_ROUNDS="+strconv.Itoa(rounds), "FFKIT_LOCAL_READS=0")
+		"SYSTEST_XHOST_PROFILE="+os.Getenv("FFKIT_BENCH_CPUPROFILE"), "SYSTEST_XHOST_ONLY="+os.Getenv("FFKIT_BENCH_ONLY"), "SYSTEST_XHOST_MB="+strconv.Itoa(mb), "SYSTEST_XHOST_ROUNDS="+strconv.Itoa(rounds), "FFKIT_LOCAL_READS=0")
 	cmd.Stderr = os.Stderr
 	out, err := cmd.StdoutPipe()
 	if err != nil {
@@ -462,6 +464,9 @@ func xhostClient() error {
 			slices.Reverse(order[5:])
 		}
 		for _, m := range order {
+			if only := os.Getenv("SYSTEST_XHOST_ONLY"); only != "" && !slices.Contains(strings.Split(only, ","), m) {
+				continue
+			}
 			var v float64
 			var err error
 			var tcfg *tls.Config
