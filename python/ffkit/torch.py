@@ -454,7 +454,12 @@ def _slot():
 
 
 def _ring_tensor(off, shape, strides, dtype):
-    slot = _slot()
+    return _slot_view(_slot(), off, shape, strides, dtype)
+
+
+def _slot_view(slot, off, shape, strides, dtype):
+    """The tensor of dtype, shape and byte strides at ring offset off of
+    slot (a _Slot), viewing its memory."""
     es = dtype.itemsize
     n = _extent(shape, strides, es)
     rel = slot.place(off, n)
@@ -576,18 +581,7 @@ def _fast_decode(node, slot):
     kind = node[0]
     if kind == _RING:
         _, off, shape, strides, code = node
-        dtype = _DTYPES[code]
-        es = dtype.itemsize
-        n = _extent(shape, strides, es)
-        rel = slot.place(off, n)
-        if slot.base is None:
-            slot.base = torch.from_numpy(slot.buf)
-        seg = slot.base[rel : rel + n]
-        if code:
-            seg = seg.view(dtype)
-        if len(shape) == 1 and strides[0] == es:
-            return seg
-        return seg.as_strided(shape, tuple([s // es for s in strides]))
+        return _slot_view(slot, off, shape, strides, _DTYPES[code])
     if kind == _DICT:
         return dict(zip(node[1], [_fast_decode(v, slot) for v in node[2]]))
     if kind == _SCALAR:
