@@ -306,21 +306,9 @@ func (p *plan) run(ctx context.Context, buf []byte) ([][]byte, error) {
 const verifyParallelBytes = 8 << 20
 
 func (p *plan) verify(buf []byte) error {
-	check := func(si int32) error {
-		s := &p.slots[si]
-		if s.dup >= 0 {
-			return nil
-		}
-		h := p.r.files[s.file].h
-		want := h.crcs[s.local]
-		if got := crc32.Update(0, crcTable, buf[s.pos:s.pos+s.len]); got != want {
-			return p.sampleErr(si, fmt.Errorf("%w: stored %08x, computed %08x%s", ErrChecksum, want, got, lastHint(h, s.local)))
-		}
-		return nil
-	}
 	if p.need < verifyParallelBytes {
 		for _, si := range p.order {
-			if err := check(si); err != nil {
+			if err := p.check(buf, si); err != nil {
 				return err
 			}
 		}
@@ -333,7 +321,7 @@ func (p *plan) verify(buf []byte) error {
 		part := p.order[i:min(i+chunk, len(p.order))]
 		g.Go(func() error {
 			for _, si := range part {
-				if err := check(si); err != nil {
+				if err := p.check(buf, si); err != nil {
 					return err
 				}
 			}
@@ -341,6 +329,21 @@ func (p *plan) verify(buf []byte) error {
 		})
 	}
 	return g.Wait()
+}
+
+// check verifies the CRC of slot si's sample in buf (a method, not a
+// closure, so that a small batch's serial check allocates nothing).
+func (p *plan) check(buf []byte, si int32) error {
+	s := &p.slots[si]
+	if s.dup >= 0 {
+		return nil
+	}
+	h := p.r.files[s.file].h
+	want := h.crcs[s.local]
+	if got := crc32.Update(0, crcTable, buf[s.pos:s.pos+s.len]); got != want {
+		return p.sampleErr(si, fmt.Errorf("%w: stored %08x, computed %08x%s", ErrChecksum, want, got, lastHint(h, s.local)))
+	}
+	return nil
 }
 
 func lastHint(h *header, local int64) string {

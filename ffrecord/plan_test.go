@@ -77,7 +77,7 @@ func TestPooledPlansConcurrent(t *testing.T) {
 	noKeySortForTesting = false
 }
 
-// A warm batch allocates what it returns and little else: the plan and
+// A warm batch allocates only what it returns (the [][]byte): the plan and
 // its slices come from a pool.
 func TestReadBatchIntoAllocs(t *testing.T) {
 	if raceEnabled {
@@ -108,7 +108,7 @@ func TestReadBatchIntoAllocs(t *testing.T) {
 		}
 	})
 	t.Logf("%.0f allocations per batch of %d", allocs, len(idx))
-	if allocs > 8 {
-		t.Fatalf("%.0f allocations per batch of %d, want at most 8", allocs, len(idx))
+	if allocs > 1 { // the returned [][]byte
+		t.Fatalf("%.0f allocations per batch of %d, want at most 1", allocs, len(idx))
 	}
 }

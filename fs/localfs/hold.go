@@ -2,6 +2,7 @@ package localfs
 
 import (
 	"fmt"
+	"sync"
 )
 
 // Descriptors held open for the length of a batch.
@@ -17,70 +18,119 @@ import (
 // completions included. Control takes no lock shared with other readers,
 // unlike RawConn.Read (whose read lock serialised every batch's probes of
 // a file: one core of two busy with four batches in flight).
+//
+// The bookkeeping (distinct files, descriptors, the nested Control calls)
+// lives in a pooled holder, so that a warm batch allocates nothing here.
+
+// holder holds a batch's descriptors; see withFDs.
+type holder struct {
+	distinct []*File
+	slot     []int // files[i] is distinct[slot[i]], -1 for nil
+	dfd      []int // the held descriptor of distinct[k]
+	fds      []int // fn's argument
+	index    map[*File]int
+	k        int               // distinct files held so far
+	fn       func([]int) error // called with every descriptor held
+	err      error             // what the innermost call returned
+	step     func(uintptr)     // h.control, bound once per holder
+}
+
+var holderPool = sync.Pool{New: func() any {
+	h := new(holder)
+	h.step = h.control
+	return h
+}}
 
 // withFDs calls fn with the descriptor of each files[i] (-1 where
 // files[i] is nil), every one held open until fn returns. It fails,
 // without calling fn, if a file is already closed.
 func withFDs(files []*File, fn func(fds []int) error) error {
-	var distinct []*File
-	var index map[*File]int         // once there are many distinct files
-	slot := make([]int, len(files)) // files[i] is distinct[slot[i]]
+	h := holderPool.Get().(*holder)
+	defer holderPool.Put(h)
+	return h.with(files, fn)
+}
+
+// with is withFDs on h's scratch space.
+func (h *holder) with(files []*File, fn func(fds []int) error) error {
+	h.distinct = h.distinct[:0]
+	h.slot = grow(h.slot, len(files))
+	useIndex := false
 	for i, f := range files {
-		slot[i] = -1
+		h.slot[i] = -1
 		if f == nil {
 			continue
 		}
-		if index != nil {
-			if k, ok := index[f]; ok {
-				slot[i] = k
+		if useIndex {
+			if k, ok := h.index[f]; ok {
+				h.slot[i] = k
 			}
 		} else {
-			for k, g := range distinct { // batches name few files: a scan beats a map
+			for k, g := range h.distinct { // batches name few files: a scan beats a map
 				if g == f {
-					slot[i] = k
+					h.slot[i] = k
 					break
 				}
 			}
 		}
-		if slot[i] < 0 {
-			slot[i] = len(distinct)
-			distinct = append(distinct, f)
-			if index == nil && len(distinct) > 16 {
-				index = make(map[*File]int, 2*len(distinct))
-				for k, g := range distinct {
-					index[g] = k
+		if h.slot[i] < 0 {
+			h.slot[i] = len(h.distinct)
+			h.distinct = append(h.distinct, f)
+			if !useIndex && len(h.distinct) > 16 {
+				useIndex = true
+				if h.index == nil {
+					h.index = make(map[*File]int, 2*len(h.distinct))
 				}
-			} else if index != nil {
-				index[f] = slot[i]
+				clear(h.index)
+				for k, g := range h.distinct {
+					h.index[g] = k
+				}
+			} else if useIndex {
+				h.index[f] = h.slot[i]
 			}
 		}
 	}
-	dfd := make([]int, len(distinct))
-	var hold func(k int) error
-	hold = func(k int) error {
-		if k == len(distinct) {
-			fds := make([]int, len(files))
-			for i, s := range slot {
-				fds[i] = -1
-				if s >= 0 {
-					fds[i] = dfd[s]
-				}
-			}
-			return fn(fds)
-		}
-		f := distinct[k]
-		rc, err := f.f.SyscallConn()
-		if err != nil {
-			return fmt.Errorf("localfs: read %s: %w", f.name, err)
-		}
-		var ferr error
-		if err := rc.Control(func(fd uintptr) {
-			dfd[k] = int(fd)
-			ferr = hold(k + 1)
-		}); err != nil {
-			return fmt.Errorf("localfs: read %s: %w", f.name, err)
-		}
-		return ferr
+	h.dfd = grow(h.dfd, len(h.distinct))
+	h.fds = grow(h.fds, len(files))
+	h.fn, h.k, h.err = fn, 0, nil
+	err := h.next()
+	clear(h.distinct) // no File stays reachable from the pool
+	if useIndex {
+		clear(h.index)
 	}
-	return hold(0)
+	h.fn, h.err = nil, nil
+	return err
+}
+
+// next holds distinct[k:] one by one, each inside the previous one's
+// Control call, and then calls fn.
+func (h *holder) next() error {
+	if h.k == len(h.distinct) {
+		for i, s := range h.slot {
+			h.fds[i] = -1
+			if s >= 0 {
+				h.fds[i] = h.dfd[s]
+			}
+		}
+		return h.fn(h.fds)
+	}
+	f := h.distinct[h.k]
+	if err := f.rc.Control(h.step); err != nil {
+		return fmt.Errorf("localfs: read %s: %w", f.name, err)
+	}
+	return h.err
+}
+
+// control is next's Control callback: distinct[k] is held as fd.
+func (h *holder) control(fd uintptr) {
+	h.dfd[h.k] = int(fd)
+	h.k++
+	h.err = h.next()
+}
+
+// grow returns s with length n, reusing its array when large enough.
+func grow[T any](s []T, n int) []T {
+	if cap(s) < n {
+		return make([]T, n)
+	}
+	return s[:n]
 }

@@ -105,6 +105,7 @@ type File struct {
 	size   int64
 	direct bool
 	m      mapping // buffered files: read-only map of cached pages (mmap.go)
+	rc     syscall.RawConn
 	// probeMu makes the file's page-cache probes take turns (nowait.go).
 	probeMu sync.Mutex
 }
@@ -147,7 +148,12 @@ func (l *FS) opened(name string, f *os.File, err error, opts fs.OpenOptions) (fs
 		f.Close()
 		return nil, fmt.Errorf("open %s: is a directory", name)
 	}
-	return &File{f: f, name: name, size: st.Size(), direct: opts.Direct}, nil
+	rc, err := f.SyscallConn()
+	if err != nil {
+		f.Close()
+		return nil, fmt.Errorf("open %s: %w", name, err)
+	}
+	return &File{f: f, rc: rc, name: name, size: st.Size(), direct: opts.Direct}, nil
 }
 
 func (f *File) Size() int64  { return f.size }
@@ -252,7 +258,11 @@ func (l *FS) ReadBatchBudget(ctx context.Context, reqs []fs.ReadRequest, par int
 	if par <= 0 {
 		par = 64
 	}
-	if reqs = l.serveCached(reqs); len(reqs) == 0 {
+	reqs, bs := l.serveCached(reqs)
+	if bs != nil {
+		defer bs.release()
+	}
+	if len(reqs) == 0 {
 		return nil
 	}
 	if !l.NoURing && uringOK() && !noURingEnv {
@@ -263,6 +273,11 @@ func (l *FS) ReadBatchBudget(ctx context.Context, reqs []fs.ReadRequest, par int
 			}
 		}
 	}
+	return readPreads(ctx, reqs, par, budget)
+}
+
+// readPreads reads reqs with parallel preads, at most par in flight.
+func readPreads(ctx context.Context, reqs []fs.ReadRequest, par int, budget *fs.Budget) error {
 	EnsureProcs()
 	order := make([]int, len(reqs))
 	for i := range order {

@@ -2,11 +2,13 @@ package localfs
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 
 	"golang.org/x/sys/unix"
@@ -188,5 +190,108 @@ func TestReadBatchMapped(t *testing.T) {
 	}
 	if lf.m.data != nil {
 		t.Fatal("Close left the mapping")
+	}
+}
+
+// A warm batch allocates nothing in this package (the scratch space is
+// pooled), and after a run of probe hits its reads are plain preads that
+// still return the file's bytes.
+func TestReadBatchWarmPlainNoAllocs(t *testing.T) {
+	if noNowaitEnv || noPlainEnv {
+		t.Skip("FFKIT_NO_NOWAIT=1 or FFKIT_NO_PLAIN_PREAD=1")
+	}
+	ctx := context.Background()
+	p := filepath.Join(t.TempDir(), "data")
+	data := make([]byte, 2<<20)
+	rng := rand.New(rand.NewPCG(13, 14))
+	for i := range data {
+		data[i] = byte(rng.Uint32())
+	}
+	if err := os.WriteFile(p, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	l := New()
+	f, err := l.Open(ctx, p, fs.OpenOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if _, err := f.ReadAt(make([]byte, len(data)), 0); err != nil {
+		t.Fatal(err)
+	}
+	reqs := make([]fs.ReadRequest, 256)
+	for i := range reqs {
+		reqs[i] = fs.ReadRequest{File: f, Off: rng.Int64N(int64(len(data)) - 4096), Buf: make([]byte, 4096)}
+	}
+	// A preempted read looks slow and ends a batch's plain reads: retry
+	// until one batch has read plainly (a warm file's batch does, unless
+	// every one of its runs is preempted).
+	p0 := PlainReads()
+	for PlainReads() == p0 {
+		for i := range reqs {
+			clear(reqs[i].Buf)
+		}
+		if err := l.ReadBatch(ctx, reqs); err != nil {
+			t.Fatal(err)
+		}
+		if nowaitOff.Load() {
+			t.Skip("this kernel refuses RWF_NOWAIT on buffered reads")
+		}
+		for i, q := range reqs {
+			if !bytes.Equal(q.Buf, data[q.Off:q.Off+int64(len(q.Buf))]) {
+				t.Fatalf("request %d [%d, +%d) differs", i, q.Off, len(q.Buf))
+			}
+		}
+	}
+	if raceEnabled {
+		return // the race detector drops pooled items at random
+	}
+	allocs := testing.AllocsPerRun(20, func() {
+		if err := l.ReadBatch(ctx, reqs); err != nil {
+			t.Fatal(err)
+		}
+	})
+	if allocs > 0 {
+		t.Fatalf("%.1f allocations per warm batch of %d, want 0", allocs, len(reqs))
+	}
+}
+
+// BenchmarkReadBatchWarm4K: one goroutine reading batches of 256 random
+// 4 KiB ranges of a warm 64 MiB file, every read probed with preadv2
+// ("probe") or plain preads after a run of probe hits ("plain").
+func BenchmarkReadBatchWarm4K(b *testing.B) {
+	ctx := context.Background()
+	p := filepath.Join(b.TempDir(), "data")
+	data := make([]byte, 64<<20)
+	if err := os.WriteFile(p, data, 0o644); err != nil {
+		b.Fatal(err)
+	}
+	l := New()
+	f, err := l.Open(ctx, p, fs.OpenOptions{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer f.Close()
+	if _, err := f.ReadAt(data, 0); err != nil {
+		b.Fatal(err)
+	}
+	rng := rand.New(rand.NewPCG(1, 2))
+	buf := make([]byte, 256*4096)
+	reqs := make([]fs.ReadRequest, 256)
+	for _, mode := range []string{"probe", "plain"} {
+		b.Run(mode, func(b *testing.B) {
+			defer func(v bool) { noPlainEnv = v }(noPlainEnv)
+			noPlainEnv = mode == "probe"
+			b.SetBytes(int64(len(buf)))
+			for b.Loop() {
+				for i := range reqs {
+					reqs[i] = fs.ReadRequest{File: f, Off: rng.Int64N(int64(len(data))-4096) &^ 4095, Buf: buf[i*4096 : (i+1)*4096]}
+				}
+				slices.SortFunc(reqs, func(a, b fs.ReadRequest) int { return cmp.Compare(a.Off, b.Off) })
+				if err := l.ReadBatch(ctx, reqs); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
 	}
 }

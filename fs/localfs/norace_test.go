@@ -1,0 +1,5 @@
+//go:build !race
+
+package localfs
+
+const raceEnabled = false
