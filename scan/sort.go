@@ -83,25 +83,32 @@ func (r *runner) sortTask(p int, ranges []fileRange, par int) taskFn {
 		if err != nil {
 			return nil, 0, err
 		}
-		var have []arrow.RecordBatch
-		for _, rec := range recs {
-			if rec != nil && rec.NumRows() > 0 {
-				have = append(have, rec)
-			}
+		return r.writeSortedPart(ctx, stage, p, recs)
+	}
+}
+
+// writeSortedPart writes partition p's rows (recs, in input order; nil
+// and empty batches allowed) sorted by the key column, as the one file
+// part-PPPPP (schema only when there are no rows).
+func (r *runner) writeSortedPart(ctx context.Context, stage string, p int, recs []arrow.RecordBatch) ([]string, int64, error) {
+	var have []arrow.RecordBatch
+	for _, rec := range recs {
+		if rec != nil && rec.NumRows() > 0 {
+			have = append(have, rec)
 		}
-		name := partName(p)
-		s, err := newSink(ctx, r.sinkOpts(stage, name, r.q.readSchema, r.kv(name, p)))
-		if err != nil {
+	}
+	name := partName(p)
+	s, err := newSink(ctx, r.sinkOpts(stage, name, r.q.readSchema, r.kv(name, p)))
+	if err != nil {
+		return nil, 0, err
+	}
+	if len(have) > 0 {
+		if err := r.writeSorted(ctx, s, have); err != nil {
+			s.Abort()
 			return nil, 0, err
 		}
-		if len(have) > 0 {
-			if err := r.writeSorted(ctx, s, have); err != nil {
-				s.Abort()
-				return nil, 0, err
-			}
-		}
-		return s.Close()
 	}
+	return s.Close()
 }
 
 func (r *runner) writeSorted(ctx context.Context, s sink, recs []arrow.RecordBatch) error {
