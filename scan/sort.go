@@ -103,12 +103,30 @@ func (r *runner) writeSortedPart(ctx context.Context, stage string, p int, recs 
 		return nil, 0, err
 	}
 	if len(have) > 0 {
-		if err := r.writeSorted(ctx, s, have); err != nil {
+		write := r.writeSorted
+		if GatherAcrossBatches && gatherable(r.q.readSchema) {
+			write = r.writeSortedGather
+		}
+		if err := write(ctx, s, have); err != nil {
 			s.Abort()
 			return nil, 0, err
 		}
 	}
 	return s.Close()
+}
+
+// writeSortedGather is writeSorted without concatenating recs: only the
+// sort key is; each output row group is gathered from recs.
+func (r *runner) writeSortedGather(ctx context.Context, s sink, recs []arrow.RecordBatch) error {
+	var refs []rowRef
+	keys := make([]arrow.Array, len(recs))
+	for bi, rec := range recs {
+		keys[bi] = rec.Column(r.sortKey)
+		for row := int32(0); row < int32(rec.NumRows()); row++ {
+			refs = append(refs, rowRef{int32(bi), row})
+		}
+	}
+	return r.gatherSorted(s, recs, refs, keys)
 }
 
 func (r *runner) writeSorted(ctx context.Context, s sink, recs []arrow.RecordBatch) error {
@@ -127,9 +145,13 @@ func (r *runner) writeSorted(ctx context.Context, s sink, recs []arrow.RecordBat
 	}
 	defer sorted.Release()
 	step := r.job.RowGroupRows
+	write := s.Write
+	if w, ok := s.(interface{ WriteRowGroup(arrow.RecordBatch) error }); ok {
+		write = w.WriteRowGroup
+	}
 	for lo := int64(0); lo < sorted.NumRows(); lo += step {
 		part := sorted.NewSlice(lo, min(lo+step, sorted.NumRows()))
-		err := s.Write(part)
+		err := write(part)
 		part.Release()
 		if err != nil {
 			return err
