@@ -106,6 +106,48 @@ var ErrPartitionValue = errkind.New(errkind.Data, "scan: partition column value 
 // which must be in [0, n), or with bounds (n-1 of them) by where the one
 // key column falls between them. Batches of empty partitions are nil.
 func splitRows(ctx context.Context, rec arrow.RecordBatch, keyPos []int, n int, byValue bool, bounds [][]byte) ([]arrow.RecordBatch, error) {
+	part, err := rowPartitions(rec, keyPos, n, byValue, bounds)
+	if err != nil {
+		return nil, err
+	}
+	counts, idx := groupRows(part, n)
+	sorted, err := takeRows(ctx, rec, idx)
+	if err != nil {
+		return nil, fmt.Errorf("scan: partition rows: %w", err)
+	}
+	defer sorted.Release()
+	out := make([]arrow.RecordBatch, n)
+	for p := 0; p < n; p++ {
+		if counts[p+1] > counts[p] {
+			out[p] = sorted.NewSlice(int64(counts[p]), int64(counts[p+1]))
+		}
+	}
+	return out, nil
+}
+
+// groupRows orders the row indices by partition (a counting sort: rows
+// ascending within a partition); partition p's rows are
+// idx[counts[p]:counts[p+1]].
+func groupRows(part []int32, n int) (counts []int, idx []int32) {
+	counts = make([]int, n+1)
+	for _, p := range part {
+		counts[p+1]++
+	}
+	for p := 1; p <= n; p++ {
+		counts[p] += counts[p-1]
+	}
+	idx = make([]int32, len(part))
+	pos := make([]int, n)
+	copy(pos, counts[:n])
+	for i, p := range part {
+		idx[pos[p]] = int32(i)
+		pos[p]++
+	}
+	return counts, idx
+}
+
+// rowPartitions is the partition of each row of rec, as splitRows splits.
+func rowPartitions(rec arrow.RecordBatch, keyPos []int, n int, byValue bool, bounds [][]byte) ([]int32, error) {
 	rows := int(rec.NumRows())
 	keys := make([]expr.Vec, len(keyPos))
 	for i, p := range keyPos {
@@ -148,31 +190,5 @@ func splitRows(ctx context.Context, rec arrow.RecordBatch, keyPos []int, n int, 
 			part[i] = int32(x % uint64(n))
 		}
 	}
-	// counting sort of the row indices by partition
-	counts := make([]int, n+1)
-	for _, p := range part {
-		counts[p+1]++
-	}
-	for p := 1; p <= n; p++ {
-		counts[p] += counts[p-1]
-	}
-	idx := make([]int32, rows)
-	pos := make([]int, n)
-	copy(pos, counts[:n])
-	for i, p := range part {
-		idx[pos[p]] = int32(i)
-		pos[p]++
-	}
-	sorted, err := takeRows(ctx, rec, idx)
-	if err != nil {
-		return nil, fmt.Errorf("scan: partition rows: %w", err)
-	}
-	defer sorted.Release()
-	out := make([]arrow.RecordBatch, n)
-	for p := 0; p < n; p++ {
-		if counts[p+1] > counts[p] {
-			out[p] = sorted.NewSlice(int64(counts[p]), int64(counts[p+1]))
-		}
-	}
-	return out, nil
+	return part, nil
 }

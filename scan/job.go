@@ -69,8 +69,10 @@ type Job struct {
 	// SortBy sorts the rows of each partition by these columns, ascending,
 	// NULLs last (SmallPond's partial_sort): natively for one string,
 	// binary or integer column, else as SQL's SELECT * ... ORDER BY (see
-	// sort.go). It excludes SQL, Columns, Where, GroupBy, Aggs and hash:,
-	// column: and range: partitioning.
+	// sort.go). It excludes SQL, Columns, Where, GroupBy, Aggs and hash:
+	// and column: partitioning. With range: partitioning the job is a
+	// range repartition and a partial sort in one (rangesort.go): the
+	// same output files, without the intermediate stage.
 	SortBy []string `json:"sort_by,omitempty"`
 	// PartitionBy: "" (one partition), "files", "rows", "hash:COL[,COL...]",
 	// "column:COL" (an integer column holding each row's partition, in
@@ -246,8 +248,8 @@ func (j *Job) Validate() error {
 	if j.Partitions > 1 && j.PartitionBy == "" {
 		return fmt.Errorf("%w: --partitions needs --partition-by", ErrUsage)
 	}
-	if len(j.SortBy) > 0 && (j.SQL != "" || j.Columns != "" || j.Where != "" || len(j.GroupBy) > 0 || j.Aggs != "" || len(j.keyColumns()) > 0 || len(j.JoinInputs) > 0) {
-		return fmt.Errorf("%w: sort_by sorts each partition of the input as it is: it cannot be combined with sql, columns, where, group_by, aggs, a join or hash:, column: or range: partitioning", ErrUsage)
+	if len(j.SortBy) > 0 && (j.SQL != "" || j.Columns != "" || j.Where != "" || len(j.GroupBy) > 0 || j.Aggs != "" || (len(j.keyColumns()) > 0 && !j.byRange()) || len(j.JoinInputs) > 0) {
+		return fmt.Errorf("%w: sort_by sorts each partition of the input as it is (or of its range: partitions): it cannot be combined with sql, columns, where, group_by, aggs, a join or hash: or column: partitioning", ErrUsage)
 	}
 	if j.SQL != "" && (j.Columns != "" || j.Where != "" || len(j.GroupBy) > 0 || j.Aggs != "") {
 		return fmt.Errorf("%w: --sql cannot be combined with --columns, --where, --group-by or --agg: write them in the query", ErrUsage)
@@ -884,6 +886,13 @@ func (r *runner) execute(ctx context.Context) error {
 		}
 		finals = append(finals, ms...)
 
+	case len(j.SortBy) > 0 && j.byRange():
+		ms, err := r.rangeSort(ctx)
+		if err != nil {
+			return err
+		}
+		finals = append(finals, ms...)
+
 	case len(j.SortBy) > 0:
 		parts := partitionRanges(r.src, j.PartitionBy, n)
 		for _, p := range parts {
@@ -1289,7 +1298,7 @@ func (r *runner) shuffle(ctx context.Context, src *Source, side string, project 
 	if side != "" {
 		prefix += side + "-"
 	}
-	if PassDictionaries && (!project || j.Format == FormatParquet) {
+	if PassDictionaries && (!project || j.Format == FormatParquet) && len(j.SortBy) == 0 {
 		r.q.passDictionaries()
 	}
 	g, gctx := errgroup.WithContext(ctx)

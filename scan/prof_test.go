@@ -15,6 +15,7 @@ func BenchmarkJobProfile(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
+		GatherAcrossBatches = os.Getenv("FFKIT_SCAN_PROFILE_GATHER") != "0"
 		j, err := ParseJob(f, data)
 		if err != nil {
 			b.Fatal(err)

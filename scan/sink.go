@@ -218,6 +218,23 @@ func (s *fileSink) openParquet(o sinkOptions) error {
 	return nil
 }
 
+// WriteRowGroup writes rec as a row group of its own, its pages straight
+// to the file (Write buffers a row group's pages in memory, in buffers
+// that grow by copying). For batches of a whole row group (a sort's
+// output); other sinks and dictionary columns go through Write.
+func (s *fileSink) WriteRowGroup(rec arrow.RecordBatch) error {
+	if s.pq == nil || s.dicts != nil || rec.NumRows() == 0 || hasDict(rec) {
+		return s.Write(rec)
+	}
+	s.rows += rec.NumRows()
+	s.wrote = true
+	s.rgBytes, s.rgRows = 0, 0
+	if err := s.pq.Write(rec); err != nil {
+		return fmt.Errorf("scan: write %s: %w", s.base, err)
+	}
+	return nil
+}
+
 func (s *fileSink) Write(rec arrow.RecordBatch) error {
 	if rec.NumRows() == 0 {
 		return nil

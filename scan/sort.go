@@ -83,25 +83,50 @@ func (r *runner) sortTask(p int, ranges []fileRange, par int) taskFn {
 		if err != nil {
 			return nil, 0, err
 		}
-		var have []arrow.RecordBatch
-		for _, rec := range recs {
-			if rec != nil && rec.NumRows() > 0 {
-				have = append(have, rec)
-			}
+		return r.writeSortedPart(ctx, stage, p, recs)
+	}
+}
+
+// writeSortedPart writes partition p's rows (recs, in input order; nil
+// and empty batches allowed) sorted by the key column, as the one file
+// part-PPPPP (schema only when there are no rows).
+func (r *runner) writeSortedPart(ctx context.Context, stage string, p int, recs []arrow.RecordBatch) ([]string, int64, error) {
+	var have []arrow.RecordBatch
+	for _, rec := range recs {
+		if rec != nil && rec.NumRows() > 0 {
+			have = append(have, rec)
 		}
-		name := partName(p)
-		s, err := newSink(ctx, r.sinkOpts(stage, name, r.q.readSchema, r.kv(name, p)))
-		if err != nil {
+	}
+	name := partName(p)
+	s, err := newSink(ctx, r.sinkOpts(stage, name, r.q.readSchema, r.kv(name, p)))
+	if err != nil {
+		return nil, 0, err
+	}
+	if len(have) > 0 {
+		write := r.writeSorted
+		if GatherAcrossBatches && gatherable(r.q.readSchema) {
+			write = r.writeSortedGather
+		}
+		if err := write(ctx, s, have); err != nil {
+			s.Abort()
 			return nil, 0, err
 		}
-		if len(have) > 0 {
-			if err := r.writeSorted(ctx, s, have); err != nil {
-				s.Abort()
-				return nil, 0, err
-			}
-		}
-		return s.Close()
 	}
+	return s.Close()
+}
+
+// writeSortedGather is writeSorted without concatenating recs: only the
+// sort key is; each output row group is gathered from recs.
+func (r *runner) writeSortedGather(ctx context.Context, s sink, recs []arrow.RecordBatch) error {
+	var refs []rowRef
+	keys := make([]arrow.Array, len(recs))
+	for bi, rec := range recs {
+		keys[bi] = rec.Column(r.sortKey)
+		for row := int32(0); row < int32(rec.NumRows()); row++ {
+			refs = append(refs, rowRef{int32(bi), row})
+		}
+	}
+	return r.gatherSorted(s, recs, refs, keys)
 }
 
 func (r *runner) writeSorted(ctx context.Context, s sink, recs []arrow.RecordBatch) error {
@@ -120,9 +145,13 @@ func (r *runner) writeSorted(ctx context.Context, s sink, recs []arrow.RecordBat
 	}
 	defer sorted.Release()
 	step := r.job.RowGroupRows
+	write := s.Write
+	if w, ok := s.(interface{ WriteRowGroup(arrow.RecordBatch) error }); ok {
+		write = w.WriteRowGroup
+	}
 	for lo := int64(0); lo < sorted.NumRows(); lo += step {
 		part := sorted.NewSlice(lo, min(lo+step, sorted.NumRows()))
-		err := s.Write(part)
+		err := write(part)
 		part.Release()
 		if err != nil {
 			return err

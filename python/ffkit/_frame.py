@@ -440,11 +440,38 @@ class Session:
                 job["salt"] = ",".join(salt)
         return job
 
-    def _run(self, target):
-        for node in self._order(target):
-            if node.kind == "source" or node.key in self._done:
+    def _fusable(self, order, target):
+        """The sort stages that run with the range repartition they read as
+        one job (node key -> the repartition node), and those repartitions'
+        keys: on the local executor, a partial_sort(by columns) of a
+        range repartition read by nothing else in this run gives the same
+        files without writing and reading the repartition's."""
+        if self.executor != "local":
+            return {}, set()
+        readers = {}
+        for n in order:
+            for i in n.inputs:
+                readers[i.key] = readers.get(i.key, 0) + 1
+        fused = {}
+        for n in order:
+            if n.kind != "go" or n.spec.get("op") != "sort" or "sort_by" not in n.spec or n.key in self._done:
                 continue
-            if node.kind == "go":
+            r = n.inputs[0]
+            if (r.kind == "go" and r.spec.get("op") == "repartition" and r is not target and r.key not in self._done
+                    and str(r.spec.get("partition_by", "")).startswith("range:") and readers.get(r.key) == 1
+                    and not r.spec.get("output")):
+                fused[n.key] = r
+        return fused, {r.key for r in fused.values()}
+
+    def _run(self, target):
+        order = self._order(target)
+        fused, skip = self._fusable(order, target)
+        for node in order:
+            if node.kind == "source" or node.key in self._done or node.key in skip:
+                continue
+            if node.key in fused:
+                ran = self._run_fused(node, fused[node.key])
+            elif node.kind == "go":
                 ran = self._run_go(node)
             else:
                 ran = self._run_py(node)
@@ -454,6 +481,21 @@ class Session:
         if target.kind == "source":
             raise ValueError("ffkit: a DataFrame read straight from files has no stage to run; transform or write it")
         return self._dir(target)
+
+    def _run_fused(self, node, rep):
+        """Runs sort stage node and the range repartition rep it reads as
+        one scan job (range partitioning with sort_by), writing node's
+        directory; rep's is not written."""
+        job = self._job(rep)
+        sort = {k: v for k, v in node.spec.items() if k not in ("op", "partition_by", "partitions")}
+        job.update(sort)
+        job.pop("compression", None)
+        if not node.spec.get("output"):
+            job["zstd_level"] = 1
+        job["output"] = self._dir(node)
+        sum_ = _scan_job(json.dumps(job))
+        self._fps[node.key] = sum_["fingerprint"]
+        return not (sum_.get("up_to_date") or sum_.get("tasks_skipped") == sum_.get("tasks"))
 
     def _run_go(self, node):
         job = json.dumps(self._job(node))

@@ -395,9 +395,26 @@ def test_range_repartition_then_partial_sort(data, tmp_path):
         df = sp.partial_sql("SELECT id, s || '-' || id::VARCHAR AS key FROM {0}", sp.read_parquet(data))
         keys = sorted(f"s{i % 11}-{i}" for i in range(18000))
         bounds = [keys[len(keys) * q // 4] for q in (1, 2, 3)]
-        srt = df.repartition(4, range_by="key", bounds=bounds).partial_sort("key")
-        got = [r["key"] for f in sp._part_files(srt.compute()) for r in pq.read_table(f).to_pylist()]
+        rep = df.repartition(4, range_by="key", bounds=bounds)
+        srt = rep.partial_sort("key")
+        files = sp._part_files(srt.compute())
+        got = [r["key"] for f in files for r in pq.read_table(f).to_pylist()]
         assert got == keys
+        # the local executor ran the repartition and the sort as one job
+        # (no repartition files), with the files of the two stages
+        assert [n.split("-")[1] for n in sp.stages_run] == ["sql", "sort"]
+        assert not os.path.exists(sp._dir(rep._node))
+    with ffkit.session(data_root=str(tmp_path / "two"), workers=2) as sp2:
+        df2 = sp2.partial_sql("SELECT id, s || '-' || id::VARCHAR AS key FROM {0}", sp2.read_parquet(data))
+        rep2 = df2.repartition(4, range_by="key", bounds=bounds)
+        rep2.compute()
+        files2 = sp2._part_files(rep2.partial_sort("key").compute())
+        assert [n.split("-")[1] for n in sp2.stages_run] == ["sql", "repartition", "sort"]
+        assert [os.path.basename(f) for f in files2] == [os.path.basename(f) for f in files]
+        for a, b in zip(files, files2):
+            assert pq.read_table(a).equals(pq.read_table(b))
+    with ffkit.session(data_root=str(tmp_path / "root"), workers=2) as sp:
+        df = sp.partial_sql("SELECT id, s || '-' || id::VARCHAR AS key FROM {0}", sp.read_parquet(data))
         with pytest.raises(ValueError, match="ascending"):
             df.repartition(3, range_by="key", bounds=["b", "a"])
         with pytest.raises(ValueError, match="want 2 bounds"):
