@@ -188,9 +188,21 @@ func (c *metaCache) put(p string, st fs.FileInfo, err error, gen uint64) {
 	if c.gen.Load() != gen {
 		return
 	}
+	if err == nil && hardLinked(st) {
+		delete(c.entries, p)
+		return
+	}
 	c.sweepLocked()
 	c.entries[p] = cachedEntry{st: st, exists: err == nil, until: time.Now().Add(c.ttl)}
 }
+
+// hardLinked reports whether st is a file with more than one name. Its
+// description is not cached: a link or unlink of another name changes its
+// link count (and ctime), and the cache, keyed by path, cannot know the
+// other names (so pjdfstest's link/00.t saw a stale st_nlink for up to
+// the cache timeout). Such files are rare; each stat of one asks the
+// storage.
+func hardLinked(st fs.FileInfo) bool { return !st.IsDir && st.Nlink > 1 }
 
 // putListing caches dir's complete listing, read at generation gen.
 func (c *metaCache) putListing(dir string, ents []fs.FileInfo, gen uint64) {
@@ -219,6 +231,10 @@ func (c *metaCache) putListing(dir string, ents []fs.FileInfo, gen uint64) {
 	c.sweepLocked()
 	d.names = make(map[string]*fs.FileInfo, len(ents))
 	for i := range ents {
+		if hardLinked(ents[i]) {
+			d.names[ents[i].Name] = nil // unknown: asked of the storage
+			continue
+		}
 		d.names[ents[i].Name] = &ents[i]
 	}
 	d.listedUntil = now.Add(c.ttl)
@@ -260,6 +276,9 @@ func (c *metaCache) created(p string, st *fs.FileInfo) {
 	defer c.mu.Unlock()
 	c.dirChangedLocked(p, g, true)
 	delete(c.entries, p)
+	if st != nil && hardLinked(*st) {
+		st = nil // not cached (hardLinked)
+	}
 	if st != nil {
 		c.entries[p] = cachedEntry{st: *st, exists: true, until: time.Now().Add(c.ttl)}
 	}

@@ -84,3 +84,21 @@ func TestExpiredListingRelistsAtOnce(t *testing.T) {
 		t.Error("a miss in a fresh listing asked for a new listing")
 	}
 }
+
+// A file with more than one name is not cached (by a stat, a listing or a
+// create): a link or unlink of another name changes its link count.
+func TestMetaCacheHardLinkNotCached(t *testing.T) {
+	c := newMetaCache(time.Hour)
+	st := fs.FileInfo{Name: "a", Nlink: 2}
+	c.put("/d/a", st, nil, c.generation())
+	c.putListing("/d", []fs.FileInfo{{Name: "a", Nlink: 2}, {Name: "b", Nlink: 1}}, c.generation())
+	c.created("/d/c", &fs.FileInfo{Name: "c", Nlink: 3})
+	for _, p := range []string{"/d/a", "/d/c"} {
+		if _, _, ok := c.lookup(p); ok {
+			t.Errorf("%s (st_nlink > 1) answered from the cache", p)
+		}
+	}
+	if _, exists, ok := c.lookup("/d/b"); !ok || !exists {
+		t.Errorf("/d/b (one name) not cached: ok %v exists %v", ok, exists)
+	}
+}

@@ -14,7 +14,9 @@ import (
 )
 
 // POSIX is the local file system as a FUSE mount of a local directory
-// serves it: nodes are described without following symbolic links, and
+// serves it: paths of any length are taken (a path near PATH_MAX inside
+// the mount is longer than PATH_MAX as the directory's absolute path; see
+// shortPath), nodes are described without following symbolic links, and
 // symlinks, FIFOs, sockets, device nodes, hard links, extended attributes
 // and rename flags pass through to the directory's file system. A node
 // created with an owner in its context (fs.WithOwner: the FUSE caller's
@@ -70,6 +72,11 @@ func posixInfo(st os.FileInfo) fs.FileInfo {
 
 // Stat describes name itself (a symbolic link, not its target).
 func (p *POSIX) Stat(ctx context.Context, name string) (fs.FileInfo, error) {
+	name, release, err := shortPath(name)
+	if err != nil {
+		return fs.FileInfo{}, err
+	}
+	defer release()
 	st, err := os.Lstat(name)
 	if err != nil {
 		return fs.FileInfo{}, err
@@ -79,6 +86,11 @@ func (p *POSIX) Stat(ctx context.Context, name string) (fs.FileInfo, error) {
 
 // List lists dir sorted by name, symbolic links as themselves.
 func (p *POSIX) List(ctx context.Context, dir string) ([]fs.FileInfo, error) {
+	dir, release, err := shortPath(dir)
+	if err != nil {
+		return nil, err
+	}
+	defer release()
 	ents, err := os.ReadDir(dir)
 	if err != nil {
 		return nil, err
@@ -100,6 +112,11 @@ func (p *POSIX) List(ctx context.Context, dir string) ([]fs.FileInfo, error) {
 // SetAttr changes name's permission bits, owner and times, of a symbolic
 // link itself (not its target; a link's permission bits stay).
 func (p *POSIX) SetAttr(ctx context.Context, name string, c fs.AttrChange) (fs.FileInfo, error) {
+	name, release, err := shortPath(name)
+	if err != nil {
+		return fs.FileInfo{}, err
+	}
+	defer release()
 	if err := setAttr(name, c, true); err != nil {
 		return fs.FileInfo{}, err
 	}
@@ -125,6 +142,19 @@ func own(ctx context.Context, name string, isLink bool) error {
 
 // OpenWrite is FS.OpenWrite; a file it creates gets the owner in ctx.
 func (p *POSIX) OpenWrite(ctx context.Context, name string, flag int) (fs.WriteFile, error) {
+	short, release, err := shortPath(name)
+	if err != nil {
+		return nil, err
+	}
+	defer release()
+	w, err := p.openWrite(ctx, short, flag)
+	if lw, ok := w.(*WriteFile); ok {
+		lw.name = name
+	}
+	return w, err
+}
+
+func (p *POSIX) openWrite(ctx context.Context, name string, flag int) (fs.WriteFile, error) {
 	if _, ok := fs.OwnerFrom(ctx); !ok || flag&fs.OCreate == 0 {
 		return p.FS.OpenWrite(ctx, name, flag)
 	}
@@ -143,9 +173,68 @@ func (p *POSIX) OpenWrite(ctx context.Context, name string, flag int) (fs.WriteF
 	return w, nil
 }
 
+// Open is FS.Open, for paths of any length.
+func (p *POSIX) Open(ctx context.Context, name string, opts fs.OpenOptions) (fs.File, error) {
+	short, release, err := shortPath(name)
+	if err != nil {
+		return nil, err
+	}
+	defer release()
+	f, err := p.FS.Open(ctx, short, opts)
+	if lf, ok := f.(*File); ok {
+		lf.name = name
+	}
+	return f, err
+}
+
+// Rename is FS.Rename, for paths of any length.
+func (p *POSIX) Rename(ctx context.Context, oldname, newname string) error {
+	oldname, newname, release, err := shortPaths(oldname, newname)
+	if err != nil {
+		return err
+	}
+	defer release()
+	return p.FS.Rename(ctx, oldname, newname)
+}
+
+// Remove is FS.Remove, for paths of any length.
+func (p *POSIX) Remove(ctx context.Context, name string) error {
+	name, release, err := shortPath(name)
+	if err != nil {
+		return err
+	}
+	defer release()
+	return p.FS.Remove(ctx, name)
+}
+
+// Truncate is FS.Truncate, for paths of any length.
+func (p *POSIX) Truncate(ctx context.Context, name string, size int64) error {
+	name, release, err := shortPath(name)
+	if err != nil {
+		return err
+	}
+	defer release()
+	return p.FS.Truncate(ctx, name, size)
+}
+
+// StatFS is FS.StatFS, for paths of any length.
+func (p *POSIX) StatFS(ctx context.Context, name string) (fs.Usage, error) {
+	name, release, err := shortPath(name)
+	if err != nil {
+		return fs.Usage{}, err
+	}
+	defer release()
+	return p.FS.StatFS(ctx, name)
+}
+
 // MkdirAll is FS.MkdirAll; the last directory, if it makes it, gets the
 // owner in ctx.
 func (p *POSIX) MkdirAll(ctx context.Context, dir string) error {
+	dir, release, err := shortPath(dir)
+	if err != nil {
+		return err
+	}
+	defer release()
 	if _, ok := fs.OwnerFrom(ctx); !ok {
 		return p.FS.MkdirAll(ctx, dir)
 	}
@@ -163,6 +252,11 @@ func (p *POSIX) MkdirAll(ctx context.Context, dir string) error {
 
 // Symlink creates name as a symbolic link to target.
 func (p *POSIX) Symlink(ctx context.Context, target, name string) error {
+	name, release, err := shortPath(name)
+	if err != nil {
+		return err
+	}
+	defer release()
 	if err := os.Symlink(target, name); err != nil {
 		return err
 	}
@@ -171,11 +265,21 @@ func (p *POSIX) Symlink(ctx context.Context, target, name string) error {
 
 // Readlink returns the target of the symbolic link name.
 func (p *POSIX) Readlink(ctx context.Context, name string) (string, error) {
+	name, release, err := shortPath(name)
+	if err != nil {
+		return "", err
+	}
+	defer release()
 	return os.Readlink(name)
 }
 
 // Mknod creates a FIFO, socket or device node.
 func (p *POSIX) Mknod(ctx context.Context, name string, kind fs.Kind, rdev uint32) error {
+	name, release, err := shortPath(name)
+	if err != nil {
+		return err
+	}
+	defer release()
 	mode := map[fs.Kind]uint32{fs.KindFIFO: unix.S_IFIFO, fs.KindSocket: unix.S_IFSOCK, fs.KindChar: unix.S_IFCHR, fs.KindBlock: unix.S_IFBLK}[kind]
 	if mode == 0 {
 		return &os.PathError{Op: "mknod", Path: name, Err: unix.EINVAL}
@@ -188,11 +292,21 @@ func (p *POSIX) Mknod(ctx context.Context, name string, kind fs.Kind, rdev uint3
 
 // Link makes newname a second name of oldname.
 func (p *POSIX) Link(ctx context.Context, oldname, newname string) error {
+	oldname, newname, release, err := shortPaths(oldname, newname)
+	if err != nil {
+		return err
+	}
+	defer release()
 	return os.Link(oldname, newname)
 }
 
 // RenameFlags is renameat2(2).
 func (p *POSIX) RenameFlags(ctx context.Context, oldname, newname string, flags uint32) error {
+	oldname, newname, release, err := shortPaths(oldname, newname)
+	if err != nil {
+		return err
+	}
+	defer release()
 	var f uint
 	if flags&fs.RenameNoReplace != 0 {
 		f |= unix.RENAME_NOREPLACE
@@ -208,6 +322,11 @@ func (p *POSIX) RenameFlags(ctx context.Context, oldname, newname string, flags 
 
 // GetXattr returns extended attribute attr of name (not following links).
 func (p *POSIX) GetXattr(ctx context.Context, name, attr string) ([]byte, error) {
+	name, release, err := shortPath(name)
+	if err != nil {
+		return nil, err
+	}
+	defer release()
 	for size := 256; ; size *= 4 {
 		buf := make([]byte, size)
 		n, err := unix.Lgetxattr(name, attr, buf)
@@ -223,6 +342,11 @@ func (p *POSIX) GetXattr(ctx context.Context, name, attr string) ([]byte, error)
 
 // ListXattr lists the extended attributes of name.
 func (p *POSIX) ListXattr(ctx context.Context, name string) ([]string, error) {
+	name, release, err := shortPath(name)
+	if err != nil {
+		return nil, err
+	}
+	defer release()
 	for size := 1024; ; size *= 4 {
 		buf := make([]byte, size)
 		n, err := unix.Llistxattr(name, buf)
@@ -248,6 +372,11 @@ func (p *POSIX) ListXattr(ctx context.Context, name string) ([]string, error) {
 
 // SetXattr sets extended attribute attr of name.
 func (p *POSIX) SetXattr(ctx context.Context, name, attr string, value []byte, flags int) error {
+	name, release, err := shortPath(name)
+	if err != nil {
+		return err
+	}
+	defer release()
 	var f int
 	if flags&fs.XattrCreate != 0 {
 		f |= unix.XATTR_CREATE
@@ -260,6 +389,11 @@ func (p *POSIX) SetXattr(ctx context.Context, name, attr string, value []byte, f
 
 // RemoveXattr removes extended attribute attr of name.
 func (p *POSIX) RemoveXattr(ctx context.Context, name, attr string) error {
+	name, release, err := shortPath(name)
+	if err != nil {
+		return err
+	}
+	defer release()
 	return xattrErr("removexattr", name, unix.Lremovexattr(name, attr))
 }
 
