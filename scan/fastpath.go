@@ -110,7 +110,7 @@ func (pf *File) fastRead(rg, col int, lo, hi int64) (arr arrow.Array, err error)
 	}
 	defer func() {
 		if r := recover(); r != nil {
-			err = corruptf(pf.Path, fmt.Errorf("row group %d column %q: decoder panic: %v", rg, pf.Schema.Field(col).Name, r))
+			err = pf.decodePanic(rg, col, r)
 		}
 	}()
 	rgs := g.RowGroups()

@@ -271,6 +271,27 @@ func (s *flatScratch) dataPage(codec compress.Compression, h *format.PageHeader,
 	return int(dh.NumValues), dh.Encoding, levels, data, nil
 }
 
+// decodePanic is the error for r, recovered while decoding column col of
+// row group rg: a memory fault on the mapped file (it was truncated during
+// the scan) or a decoder's panic on corrupt bytes.
+func (pf *File) decodePanic(rg, col int, r any) error {
+	what := "decoder panic"
+	if _, fault := r.(interface{ Addr() uintptr }); fault {
+		what = "memory fault reading the mapped file (truncated during the scan?)"
+	}
+	return corruptf(pf.Path, fmt.Errorf("row group %d column %q: %s: %v", rg, pf.Schema.Field(col).Name, what, r))
+}
+
+// flatCodec reports whether the chunk decoders here read codec (the others
+// go to pqarrow).
+func flatCodec(codec compress.Compression) bool {
+	switch codec {
+	case compress.Codecs.Uncompressed, compress.Codecs.Zstd, compress.Codecs.Snappy, compress.Codecs.Gzip:
+		return true
+	}
+	return false
+}
+
 // decodeFlat decodes the whole chunk of column col in row group rg. vals
 // holds rows*width bytes (a null row's bytes are zero); valid is nil when
 // no row is null. Both alias s's buffers: they stay valid until s is
@@ -279,11 +300,7 @@ func (pf *File) decodeFlat(rg, col int, s *flatScratch) (vals, valid []byte, nul
 	defer faultPanics()()
 	defer func() {
 		if r := recover(); r != nil {
-			if _, fault := r.(interface{ Addr() uintptr }); fault {
-				err = corruptf(pf.Path, fmt.Errorf("row group %d column %q: memory fault reading the mapped file (truncated during the scan?): %v", rg, pf.Schema.Field(col).Name, r))
-				return
-			}
-			err = corruptf(pf.Path, fmt.Errorf("row group %d column %q: decoder panic: %v", rg, pf.Schema.Field(col).Name, r))
+			err = pf.decodePanic(rg, col, r)
 		}
 	}()
 	width := pf.flatWidth(col)
@@ -297,9 +314,7 @@ func (pf *File) decodeFlat(rg, col int, s *flatScratch) (vals, valid []byte, nul
 		return nil, nil, 0, corruptf(pf.Path, err)
 	}
 	codec := cc.Compression()
-	switch codec {
-	case compress.Codecs.Uncompressed, compress.Codecs.Zstd, compress.Codecs.Snappy, compress.Codecs.Gzip:
-	default:
+	if !flatCodec(codec) {
 		return nil, nil, 0, errDecline
 	}
 	name := pf.Schema.Field(col).Name

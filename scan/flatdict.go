@@ -9,7 +9,6 @@ import (
 	"github.com/apache/arrow-go/v18/arrow/bitutil"
 	"github.com/apache/arrow-go/v18/arrow/memory"
 	"github.com/apache/arrow-go/v18/parquet"
-	"github.com/apache/arrow-go/v18/parquet/compress"
 	"github.com/parquet-go/parquet-go/encoding/rle"
 	"github.com/parquet-go/parquet-go/encoding/thrift"
 	"github.com/parquet-go/parquet-go/format"
@@ -27,7 +26,7 @@ func (pf *File) dictArray(rg, col int) (arr arrow.Array, err error) {
 	defer faultPanics()()
 	defer func() {
 		if r := recover(); r != nil {
-			err = corruptf(pf.Path, fmt.Errorf("row group %d column %q: decoder panic: %v", rg, pf.Schema.Field(col).Name, r))
+			err = pf.decodePanic(rg, col, r)
 		}
 	}()
 	if len(pf.leaves[col]) != 1 {
@@ -50,9 +49,7 @@ func (pf *File) dictArray(rg, col int) (arr arrow.Array, err error) {
 		return nil, corruptf(pf.Path, err)
 	}
 	codec := cc.Compression()
-	switch codec {
-	case compress.Codecs.Uncompressed, compress.Codecs.Zstd, compress.Codecs.Snappy, compress.Codecs.Gzip:
-	default:
+	if !flatCodec(codec) {
 		return nil, errDecline
 	}
 	name := pf.Schema.Field(col).Name
