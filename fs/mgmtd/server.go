@@ -422,6 +422,20 @@ func (s *Server) heartbeat(ctx context.Context, hb *proto.HeartbeatReq) (any, []
 
 // takeLatency records a client's latency report as votes (slow.go).
 func (s *Server) takeLatency(rr *proto.RoutingReq) {
+	s.withSlow(func(now time.Time, p SlowParams) {
+		var known []proto.NodeLatency
+		for _, l := range rr.Latency {
+			if _, ok := s.nodes[l.Node]; ok {
+				known = append(known, l)
+			}
+		}
+		s.addVotesLocked(Votes(known, rr.Client, now, p), now, p)
+	})
+}
+
+// withSlow runs fn with mu held and the slow-node parameters, unless
+// slow-node detection is off.
+func (s *Server) withSlow(fn func(now time.Time, p SlowParams)) {
 	if s.opts.Slow.Off() {
 		return
 	}
@@ -429,53 +443,44 @@ func (s *Server) takeLatency(rr *proto.RoutingReq) {
 	p := s.opts.Slow.withDefaults()
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	var known []proto.NodeLatency
-	for _, l := range rr.Latency {
-		if _, ok := s.nodes[l.Node]; ok {
-			known = append(known, l)
-		}
-	}
-	s.addVotesLocked(Votes(known, rr.Client, now, p), now, p)
+	fn(now, p)
 }
 
 // addVotesLocked adds votes, forgetting those out of the window and
 // keeping at most maxVotes. Caller holds mu.
 func (s *Server) addVotesLocked(votes []LatencyVote, now time.Time, p SlowParams) {
+	s.votes = append(recent(s.votes, func(v LatencyVote) time.Time { return v.At }, now, p.Window), votes...)
+}
+
+// recent is xs without its entries older than window (xs is in time
+// order) and without the oldest beyond maxVotes.
+func recent[T any](xs []T, at func(T) time.Time, now time.Time, window time.Duration) []T {
 	i := 0
-	for i < len(s.votes) && (now.Sub(s.votes[i].At) > p.Window || len(s.votes)-i > maxVotes) {
+	for i < len(xs) && (now.Sub(at(xs[i])) > window || len(xs)-i > maxVotes) {
 		i++
 	}
-	s.votes = append(s.votes[i:], votes...)
+	return xs[i:]
 }
 
 // takeHops records a write-path hop report (a client's writes, reporter
 // its id, or a storage node's forwards, reporter the node) and the votes
 // it gives (HopVotes).
 func (s *Server) takeHops(reporter uint64, rep []proto.HopLatency) {
-	if s.opts.Slow.Off() {
-		return
-	}
-	now := time.Now()
-	p := s.opts.Slow.withDefaults()
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	var fresh []Hop
-	for _, h := range rep {
-		_, to := s.nodes[h.To]
-		_, from := s.nodes[h.From]
-		if to && (from || h.From == 0) {
-			fresh = append(fresh, Hop{HopLatency: h, Reporter: reporter, At: now})
+	s.withSlow(func(now time.Time, p SlowParams) {
+		var fresh []Hop
+		for _, h := range rep {
+			_, to := s.nodes[h.To]
+			_, from := s.nodes[h.From]
+			if to && (from || h.From == 0) {
+				fresh = append(fresh, Hop{HopLatency: h, Reporter: reporter, At: now})
+			}
 		}
-	}
-	if len(fresh) == 0 {
-		return
-	}
-	i := 0
-	for i < len(s.hops) && (now.Sub(s.hops[i].At) > p.Window || len(s.hops)-i > maxVotes) {
-		i++
-	}
-	s.hops = append(s.hops[i:], fresh...)
-	s.addVotesLocked(HopVotes(s.hops, fresh, now, p), now, p)
+		if len(fresh) == 0 {
+			return
+		}
+		s.hops = append(recent(s.hops, func(h Hop) time.Time { return h.At }, now, p.Window), fresh...)
+		s.addVotesLocked(HopVotes(s.hops, fresh, now, p), now, p)
+	})
 }
 
 // maxVotes bounds the latency votes mgmtd keeps (clients report on every
