@@ -176,6 +176,10 @@ type Stats struct {
 	// ReadAheadWasted counts read-ahead blocks dropped unread (before the
 	// file was closed).
 	ReadAheadWasted int64 `json:"read_ahead_wasted"`
+	// ReadAheadHeld is the read-ahead blocks in memory now (being fetched,
+	// or fetched and not yet freed); 0 once every read-ahead window is
+	// closed and its fetches have ended.
+	ReadAheadHeld int64 `json:"read_ahead_held"`
 	// WholeFiles counts the files fetched whole at open (ReadWhole).
 	WholeFiles int64 `json:"whole_files"`
 	// StoredFiles counts the files written whole into the kernel's page
@@ -378,6 +382,7 @@ func (s *Server) Stats() Stats {
 		ReadAheadWaits:       s.stats.raWaits.Load(),
 		ReadAheadWaitSeconds: time.Duration(s.stats.raWaitNanos.Load()).Seconds(),
 		ReadAheadWasted:      s.stats.raWasted.Load(),
+		ReadAheadHeld:        int64(len(s.raSem)),
 		WholeFiles:           s.stats.wholeFiles.Load(),
 		StoredFiles:          s.stats.storedFiles.Load(),
 		KeptFiles:            s.stats.keptFiles.Load(),

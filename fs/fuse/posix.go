@@ -180,8 +180,8 @@ func (n *node) Link(_ context.Context, target gofs.InodeEmbedder, name string, o
 	defer cancel()
 	n.srv.pend.wait(ctx, p)
 	err := nm.Link(ctx, src, p)
-	n.srv.mc.changed(p)
-	n.srv.mc.changed(src) // its link count
+	n.srv.mc.created(p, nil) // a new name: the parent's times change too
+	n.srv.mc.changed(src)    // its link count
 	if err != nil {
 		return nil, n.srv.errno(err)
 	}
